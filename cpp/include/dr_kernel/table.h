@@ -1,0 +1,55 @@
+// Recorded tuning tables: the JSON-lines format of ../shared/data (one reference row per problem,
+// one measure row per problem and config). See docs/data-format.md.
+#ifndef DR_KERNEL_TABLE_H_
+#define DR_KERNEL_TABLE_H_
+
+#include <istream>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dr_kernel/problem.h"
+
+namespace dr_kernel {
+
+// A malformed data file. The message names the file and line, what is wrong, and what to do.
+class TableError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One recorded evaluation: a config of the problem and what measuring it gave.
+struct TableRow {
+  NamedValues config;
+  Measurement measurement;
+  double t = kNaN;  // Seconds since the recording started, when recorded.
+};
+
+// Every recorded row of one problem.
+struct ProblemTable {
+  Problem problem;
+  std::optional<Reference> reference;
+  std::vector<TableRow> rows;  // In file order.
+  std::string source;          // The file the problem came from.
+
+  // The fastest ok time (the oracle); +inf when no row is ok.
+  double oracle_ms() const;
+};
+
+// Reads JSON-lines text; `name` is used in error messages. Rows are grouped into problems by family
+// and shape, in order of first appearance. Blank lines are skipped; anything else that is not a
+// well-formed reference or measure row throws TableError.
+std::vector<ProblemTable> ParseTables(std::istream& in, const std::string& name);
+// Reads the files in order; problems from different files stay separate only if they differ.
+std::vector<ProblemTable> ReadTables(const std::vector<std::string>& paths);
+
+// The JSON-lines rows of one problem (its reference first, when known).
+std::string ReferenceRowJson(const Problem& problem, const Reference& reference);
+std::string MeasureRowJson(const Problem& problem, const TableRow& row);
+void WriteTable(std::ostream& out, const ProblemTable& table);
+
+}  // namespace dr_kernel
+
+#endif  // DR_KERNEL_TABLE_H_
