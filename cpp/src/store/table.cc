@@ -9,7 +9,8 @@
 
 namespace dr_kernel {
 
-using nlohmann::json;
+// Ordered so that shapes and configs keep the order of the file (M, N, K rather than K, M, N).
+using json = nlohmann::ordered_json;
 
 double ProblemTable::oracle_ms() const {
   double best = kInf;

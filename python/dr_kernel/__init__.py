@@ -1,0 +1,19 @@
+"""dr_kernel: an auto-tuner for Triton GPU kernels.
+
+The engine (spaces, environments, strategies, the PPO agent, the cost model, the store) is C++ in
+``dr_kernel._core``; this package binds it to Triton, the GPU and the user.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__version__ = "0.1.0"
+
+# The recorded H200 tables that ship with the package (replay, tests, pre-training data).
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+def bundled_tables() -> list[Path]:
+    """Paths of every bundled recorded table, sorted by name."""
+    return sorted(DATA_DIR.glob("*/*.jsonl"))

@@ -1,0 +1,259 @@
+// The one binding file: plain data (dicts, lists, numbers) and callbacks cross; logic stays in C++
+// (cpp/) or in pure Python (python/dr_kernel/).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "dr_kernel/evaluator.h"
+#include "dr_kernel/replay.h"
+#include "dr_kernel/space.h"
+#include "dr_kernel/strategy.h"
+#include "dr_kernel/table.h"
+
+namespace nb = nanobind;
+using namespace dr_kernel;
+
+namespace {
+
+// Python bool is a subclass of int, so values are converted by hand to keep True distinct from 1.
+Value ToValue(nb::handle h) {
+  if (nb::isinstance<nb::bool_>(h)) return nb::cast<bool>(h);
+  if (nb::isinstance<nb::int_>(h)) return nb::cast<int64_t>(h);
+  if (nb::isinstance<nb::float_>(h)) return nb::cast<double>(h);
+  if (nb::isinstance<nb::str>(h)) return nb::cast<std::string>(h);
+  throw nb::type_error(("a parameter or shape value must be an int, float, bool or str, not " +
+                        nb::cast<std::string>(nb::str(h.type()))).c_str());
+}
+
+nb::object FromValue(const Value& v) {
+  return std::visit([](const auto& x) -> nb::object { return nb::cast(x); }, v);
+}
+
+NamedValues ToNamed(const nb::dict& d) {
+  NamedValues out;
+  for (auto [k, v] : d) out.emplace_back(nb::cast<std::string>(k), ToValue(v));
+  return out;
+}
+
+nb::dict FromNamed(const NamedValues& values) {
+  nb::dict d;
+  for (const auto& [k, v] : values) d[k.c_str()] = FromValue(v);
+  return d;
+}
+
+Config ToConfig(const Space& space, const nb::dict& d) {
+  auto config = space.Find(ToNamed(d));
+  if (!config)
+    throw nb::value_error(("config " + ToJson(ToNamed(d)) +
+                           " is not in the space: give one value of each parameter from its list").c_str());
+  return *config;
+}
+
+Problem ToProblem(const nb::dict& d) {
+  Problem p;
+  p.family = nb::cast<std::string>(d["family"]);
+  p.shape = ToNamed(nb::cast<nb::dict>(d["shape"]));
+  if (d.contains("device")) p.device = nb::cast<std::string>(d["device"]);
+  if (d.contains("dtype")) p.dtype = nb::cast<std::string>(d["dtype"]);
+  return p;
+}
+
+nb::dict FromProblem(const Problem& p) {
+  nb::dict d;
+  d["family"] = p.family;
+  d["shape"] = FromNamed(p.shape);
+  d["device"] = p.device;
+  d["dtype"] = p.dtype;
+  return d;
+}
+
+// Measurements cross as dicts with the recorded-table field names; NaN / -1 mean unknown.
+nb::dict FromMeasurement(const Measurement& m) {
+  nb::dict d;
+  d["status"] = ToString(m.status);
+  d["ms"] = m.ms, d["ms_p20"] = m.ms_p20, d["ms_p80"] = m.ms_p80;
+  d["compile_s"] = m.compile_s, d["load_s"] = m.load_s, d["relerr"] = m.relerr;
+  d["n_regs"] = m.n_regs, d["n_spills"] = m.n_spills, d["shared"] = m.shared;
+  d["error"] = m.error;
+  return d;
+}
+
+Measurement ToMeasurement(const nb::dict& d) {
+  Measurement m;
+  const auto status = ParseStatus(nb::cast<std::string>(d["status"]));
+  if (!status) throw nb::value_error("a measurement's status must be one of ok, out_of_resources, compile_error, "
+                                     "compile_timeout, wrong, crashed, invalid");
+  m.status = *status;
+  auto number = [&](const char* key, double& out) {
+    if (d.contains(key) && !d[key].is_none()) out = nb::cast<double>(d[key]);
+  };
+  number("ms", m.ms), number("ms_p20", m.ms_p20), number("ms_p80", m.ms_p80);
+  number("compile_s", m.compile_s), number("load_s", m.load_s), number("relerr", m.relerr);
+  if (d.contains("n_regs") && !d["n_regs"].is_none()) m.n_regs = nb::cast<int>(d["n_regs"]);
+  if (d.contains("n_spills") && !d["n_spills"].is_none()) m.n_spills = nb::cast<int>(d["n_spills"]);
+  if (d.contains("shared") && !d["shared"].is_none()) m.shared = nb::cast<int64_t>(d["shared"]);
+  if (d.contains("error") && !d["error"].is_none()) m.error = nb::cast<std::string>(d["error"]);
+  return m;
+}
+
+Space MakeSpace(const std::vector<std::pair<std::string, nb::list>>& params,
+                const std::vector<std::string>& constraints) {
+  std::vector<Parameter> out;
+  for (const auto& [name, values] : params) {
+    Parameter p{name, {}};
+    for (auto v : values) p.values.push_back(ToValue(v));
+    out.push_back(std::move(p));
+  }
+  return Space(std::move(out), constraints);
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "dr_kernel's C++ engine";
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const SpaceError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const StrategyError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const TableError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<Space>(m, "Space")
+      .def("__init__", [](Space* s, const std::vector<std::pair<std::string, nb::list>>& params,
+                          const std::vector<std::string>& constraints) { new (s) Space(MakeSpace(params, constraints)); },
+           nb::arg("params"), nb::arg("constraints") = std::vector<std::string>{})
+      .def("add_predicate", [](Space& s, nb::callable fn, const std::string& description) {
+             s.AddPredicate({[fn](const NamedValues& v) { return nb::cast<bool>(fn(FromNamed(v))); }, description});
+           })
+      .def_prop_ro("names", [](const Space& s) {
+        std::vector<std::string> names;
+        for (const auto& p : s.params()) names.push_back(p.name);
+        return names;
+      })
+      .def("values", [](const Space& s, const std::string& name) {
+        const int i = s.ParamIndex(name);
+        if (i < 0) throw nb::key_error(name.c_str());
+        nb::list out;
+        for (const auto& v : s.params()[i].values) out.append(FromValue(v));
+        return out;
+      })
+      .def_prop_ro("constraints", [](const Space& s) {
+        std::vector<std::string> out;
+        for (const auto& c : s.constraints()) out.push_back(c.text());
+        return out;
+      })
+      .def_prop_ro("product_size", &Space::product_size)
+      .def("count_valid", &Space::CountValid)
+      .def("is_valid", [](const Space& s, const nb::dict& c) {
+        auto config = s.Find(ToNamed(c));
+        return config && s.IsValid(*config);
+      })
+      .def("why_invalid", [](const Space& s, const nb::dict& c) {
+        auto config = s.Find(ToNamed(c));
+        return config ? s.WhyInvalid(*config) : std::string("a value is not in the space");
+      })
+      .def("sample", [](const Space& s, uint64_t seed, size_t n) {
+        Rng rng(seed);
+        UniqueSampler sampler(s, rng);
+        nb::list out;
+        while (out.size() < n) {
+          auto c = sampler.Next();
+          if (!c) break;
+          out.append(FromNamed(s.Named(*c)));
+        }
+        return out;
+      }, nb::arg("seed"), nb::arg("n") = 1)
+      .def("configs", [](const Space& s, size_t limit) {
+        nb::list out;
+        s.ForEach([&](const Config& c) {
+          out.append(FromNamed(s.Named(c)));
+          return out.size() < limit;
+        });
+        return out;
+      }, nb::arg("limit") = SIZE_MAX)
+      .def("neighbours", [](const Space& s, const nb::dict& c) {
+        nb::list out;
+        for (const auto& n : s.Neighbours(ToConfig(s, c))) out.append(FromNamed(s.Named(n)));
+        return out;
+      })
+      .def("encode", [](const Space& s, const nb::dict& c) { return s.Encode(ToConfig(s, c)); });
+
+  nb::class_<ProblemTable>(m, "Table")
+      .def_prop_ro("problem", [](const ProblemTable& t) { return FromProblem(t.problem); })
+      .def_prop_ro("source", [](const ProblemTable& t) { return t.source; })
+      .def_prop_ro("oracle_ms", &ProblemTable::oracle_ms)
+      .def("__len__", [](const ProblemTable& t) { return t.rows.size(); })
+      .def("rows", [](const ProblemTable& t) {
+        nb::list out;
+        for (const auto& r : t.rows) out.append(nb::make_tuple(FromNamed(r.config), FromMeasurement(r.measurement)));
+        return out;
+      });
+
+  m.def("read_tables", &ReadTables, nb::arg("paths"), "Reads recorded tables (JSON lines), one Table per problem.");
+
+  m.def("strategies", [] {
+    nb::list out;
+    for (const auto& s : Strategies()) {
+      std::vector<std::tuple<std::string, std::string, double>> options;
+      for (const auto& o : s.options) options.emplace_back(o.name, o.description, o.default_value);
+      out.append(nb::make_tuple(s.name, s.description, options));
+    }
+    return out;
+  });
+
+  nb::class_<ReplayReport>(m, "ReplayReport")
+      .def("to_json", &ReplayReport::ToJson)
+      .def_prop_ro("curves", [](const ReplayReport& r) {
+        nb::list out;
+        for (const auto& p : r.problems) out.append(nb::make_tuple(FromProblem(p.problem), p.median_curve));
+        return out;
+      });
+
+  m.def("replay", [](const std::vector<ProblemTable>& tables, const std::string& strategy, int64_t budget, int repeats,
+                     double within, uint64_t seed, const std::map<std::string, double>& options) {
+        ReplaySettings s{strategy, budget, repeats, within, seed, options, {}};
+        nb::gil_scoped_release release;  // Pure C++ from here; lets a notebook stay responsive.
+        return Replay(tables, s);
+      }, nb::arg("tables"), nb::arg("strategy"), nb::arg("budget"), nb::arg("repeats"), nb::arg("within"),
+      nb::arg("seed"), nb::arg("options") = std::map<std::string, double>{});
+
+  // A tuning session whose measurements come from Python: measure(list of config dicts) returns a
+  // list of (measurement dict, cost seconds); on_trial(config, measurement, elapsed_s) sees each one.
+  m.def("tune", [](const nb::dict& problem, const Space& space, nb::callable measure, const std::string& strategy,
+                   int64_t max_evals, double max_seconds, uint64_t seed, const std::map<std::string, double>& options,
+                   nb::object on_trial) {
+        auto measure_batch = [&space, measure](const std::vector<Config>& configs) {
+          nb::list batch;
+          for (const auto& c : configs) batch.append(FromNamed(space.Named(c)));
+          std::vector<Evaluation> out;
+          for (auto item : nb::cast<nb::list>(measure(batch))) {
+            auto pair = nb::cast<nb::tuple>(item);
+            out.push_back({ToMeasurement(nb::cast<nb::dict>(pair[0])), nb::cast<double>(pair[1])});
+          }
+          return out;
+        };
+        CallbackEnv env(ToProblem(problem), space, measure_batch);
+        Evaluator evaluator(env, Budget{max_evals, max_seconds});
+        if (!on_trial.is_none())
+          evaluator.OnTrial([&](const Trial& t) {
+            on_trial(FromNamed(space.Named(t.config)), FromMeasurement(t.measurement), t.elapsed_s);
+          });
+        RunStrategy(strategy, evaluator, seed, options);
+        nb::list history;
+        for (const auto& t : evaluator.history())
+          history.append(nb::make_tuple(FromNamed(space.Named(t.config)), FromMeasurement(t.measurement), t.elapsed_s));
+        return history;
+      }, nb::arg("problem"), nb::arg("space"), nb::arg("measure"), nb::arg("strategy"), nb::arg("max_evals"),
+      nb::arg("max_seconds"), nb::arg("seed"), nb::arg("options") = std::map<std::string, double>{},
+      nb::arg("on_trial") = nb::none());
+}
