@@ -33,6 +33,7 @@ struct Trial {
   Measurement measurement;
   double cost_s = 0;     // Tuning seconds this evaluation took.
   double elapsed_s = 0;  // Tuning seconds of the session up to and including it.
+  int64_t batch = 0;     // Which call of Evaluate measured it (configs of one batch run in parallel).
 };
 
 class Evaluator {
@@ -74,6 +75,7 @@ class Evaluator {
   std::unordered_map<uint64_t, size_t> seen_;  // Space::Index -> position in history_.
   double seconds_ = 0;
   int64_t best_ = -1;
+  int64_t batches_ = 0;
   std::function<void(const Trial&)> on_trial_;
 };
 

@@ -38,13 +38,14 @@ std::vector<Measurement> Evaluator::Evaluate(const std::vector<Config>& configs)
     // batch measured in parallel may overrun it, but nothing measured is thrown away.
     const auto results = env_.Step(fresh);
     for (size_t i = 0; i < fresh.size(); ++i) {
-      Trial trial{fresh[i], results[i].measurement, results[i].cost_s, seconds_ + results[i].cost_s};
+      Trial trial{fresh[i], results[i].measurement, results[i].cost_s, seconds_ + results[i].cost_s, batches_};
       seconds_ = trial.elapsed_s;
       seen_.emplace(space().Index(trial.config), history_.size());
       if (trial.measurement.ok() && trial.measurement.ms < best_ms()) best_ = static_cast<int64_t>(history_.size());
       history_.push_back(std::move(trial));
       if (on_trial_) on_trial_(history_.back());
     }
+    ++batches_;
   }
   if (truncated) throw StopTuning();
 

@@ -1,0 +1,84 @@
+#include "dr_kernel/table.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace dr_kernel {
+namespace {
+
+std::string Path(const char* name) { return std::string(DR_KERNEL_DATA_DIR) + "/" + name; }
+
+TEST(TableTest, ReadsTheBundledTables) {
+  const auto tables = ReadTables({Path("matmul.jsonl"), Path("softmax.jsonl"), Path("attention.jsonl")});
+  ASSERT_EQ(tables.size(), 8u);
+  size_t rows = 0;
+  for (const auto& t : tables) {
+    ASSERT_TRUE(t.reference) << t.problem.Label();
+    EXPECT_EQ(t.problem.device, "NVIDIA H200");
+    EXPECT_TRUE(std::isfinite(t.oracle_ms()));
+    rows += t.rows.size() + 1;
+  }
+  EXPECT_EQ(rows, 5548u + 171u + 539u);
+  EXPECT_EQ(tables[0].problem.Label(), "matmul M=1024 N=1024 K=1024");
+  const auto& first = tables[0].rows[0];
+  EXPECT_EQ(ToJson(first.config), R"({"BLOCK_M":16,"BLOCK_N":32,"BLOCK_K":32,"GROUP_M":1,"num_warps":2,"num_stages":2})");
+  EXPECT_EQ(first.measurement.n_regs, 50);
+  EXPECT_EQ(first.measurement.shared, 3072);
+}
+
+TEST(TableTest, RoundTripsThroughTheWriter) {
+  const auto tables = ReadTables({Path("attention.jsonl")});
+  std::stringstream text;
+  for (const auto& t : tables) WriteTable(text, t);
+  const auto again = ParseTables(text, "written");
+  ASSERT_EQ(again.size(), tables.size());
+  for (size_t i = 0; i < tables.size(); ++i) {
+    EXPECT_EQ(again[i].problem.Key(), tables[i].problem.Key());
+    ASSERT_EQ(again[i].rows.size(), tables[i].rows.size());
+    for (size_t r = 0; r < tables[i].rows.size(); ++r) {
+      const auto &a = again[i].rows[r].measurement, &b = tables[i].rows[r].measurement;
+      EXPECT_EQ(a.status, b.status);
+      EXPECT_EQ(a.error, b.error);
+      EXPECT_EQ(a.n_regs, b.n_regs);
+      if (b.ok()) EXPECT_DOUBLE_EQ(a.ms, b.ms);
+    }
+  }
+}
+
+void ExpectError(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  try {
+    ParseTables(in, "bad.jsonl");
+    FAIL() << "accepted: " << text;
+  } catch (const TableError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+    EXPECT_NE(what.find("fix or delete this line"), std::string::npos) << what;
+  }
+}
+
+TEST(TableTest, MalformedLinesNameTheFileAndLine) {
+  const std::string good =
+      R"({"type":"measure","family":"f","shape":{"n":1},"config":{"B":2},"status":"ok","ms":1.5})"
+      "\n\n";
+  ExpectError(good + "{\"type\":\"measure\",\n", "bad.jsonl:3: not valid JSON");
+  ExpectError(good + R"({"type":"measure","family":"f","shape":{"n":1},"status":"ok"})", "bad.jsonl:3: the row has no 'config'");
+  ExpectError(good + R"({"type":"measure","family":"f","shape":{"n":1},"config":{"B":2},"status":"fast"})",
+              "bad.jsonl:3: unknown status 'fast'");
+  ExpectError(good + R"({"type":"measure","family":"f","shape":{"n":1},"config":{"B":2},"status":"ok","ms":"1"})",
+              "bad.jsonl:3: 'ms' should be a number");
+  ExpectError(R"({"type":"measure","family":"f","shape":{"n":1},"config":{"B":[2]},"status":"ok","ms":1})",
+              "bad.jsonl:1: 'config.B' should be a number");
+  ExpectError(R"({"type":"other","family":"f","shape":{"n":1}})", "bad.jsonl:1: unknown row type 'other'");
+  ExpectError(R"({"type":"measure","family":"f","shape":{"n":1},"config":{"B":2},"status":"ok"})",
+              "bad.jsonl:1: an 'ok' row needs a positive 'ms'");
+}
+
+TEST(TableTest, MissingFileSaysSo) {
+  EXPECT_THROW(ReadTables({"/nonexistent/table.jsonl"}), TableError);
+}
+
+}  // namespace
+}  // namespace dr_kernel

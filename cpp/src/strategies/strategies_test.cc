@@ -1,0 +1,129 @@
+// One test suite parametrized over the whole strategy registry, on the bundled tables.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "dr_kernel/replay.h"
+#include "dr_kernel/strategy.h"
+
+namespace dr_kernel {
+namespace {
+
+const std::vector<ProblemTable>& Tables() {
+  static const auto tables = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/softmax.jsonl",
+                                         std::string(DR_KERNEL_DATA_DIR) + "/attention.jsonl",
+                                         std::string(DR_KERNEL_DATA_DIR) + "/matmul.jsonl"});
+  return tables;
+}
+
+std::vector<std::string> Names() {
+  std::vector<std::string> names;
+  for (const auto& s : Strategies()) names.push_back(s.name);
+  return names;
+}
+
+class StrategyTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StrategyTest, FindsTheTableBestWhenTheBudgetCoversTheSpace) {
+  // Softmax and the attention tables are small enough to cover in a test.
+  for (size_t t = 0; t < 4; ++t) {
+    ReplayEnv env(Tables()[t]);
+    const int64_t size = static_cast<int64_t>(env.space().CountValid());
+    Evaluator evaluator(env, Budget{size});
+    RunStrategy(GetParam(), evaluator, 1);
+    EXPECT_EQ(evaluator.best_ms(), env.oracle_ms()) << Tables()[t].problem.Label();
+    std::set<uint64_t> distinct;
+    for (const auto& trial : evaluator.history()) distinct.insert(env.space().Index(trial.config));
+    EXPECT_EQ(distinct.size(), evaluator.history().size()) << "measured a config twice";
+  }
+}
+
+TEST_P(StrategyTest, NeverExceedsTheBudget) {
+  for (int64_t budget : {1, 7, 50}) {
+    for (const auto& table : Tables()) {
+      ReplayEnv env(table);
+      Evaluator evaluator(env, Budget{budget});
+      RunStrategy(GetParam(), evaluator, 5);
+      EXPECT_LE(evaluator.evals(), budget);
+      EXPECT_EQ(evaluator.evals(), budget) << "stopped early on " << table.problem.Label();
+    }
+  }
+  ReplayEnv env(Tables().back());
+  Evaluator evaluator(env, Budget{1000, 20.0});
+  RunStrategy(GetParam(), evaluator, 5);
+  // The seconds budget may be overrun only by the batch that crossed it: the last batch started
+  // under budget, and no batch started after.
+  const auto& history = evaluator.history();
+  ASSERT_FALSE(history.empty());
+  double before_last_batch = 0;
+  for (const auto& trial : history)
+    if (trial.batch < history.back().batch) before_last_batch = trial.elapsed_s;
+  EXPECT_LT(before_last_batch, 20.0);
+  EXPECT_GE(evaluator.seconds(), 20.0);
+}
+
+TEST_P(StrategyTest, SameSeedGivesTheSameTrace) {
+  for (uint64_t seed : {0u, 11u}) {
+    std::vector<std::vector<uint64_t>> traces;
+    for (int run = 0; run < 2; ++run) {
+      ReplayEnv env(Tables().back());
+      Evaluator evaluator(env, Budget{60});
+      RunStrategy(GetParam(), evaluator, seed);
+      std::vector<uint64_t> trace;
+      for (const auto& trial : evaluator.history()) trace.push_back(env.space().Index(trial.config));
+      traces.push_back(trace);
+    }
+    EXPECT_EQ(traces[0], traces[1]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, StrategyTest, ::testing::ValuesIn(Names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(RegistryTest, UnknownNamesListTheAvailableOnes) {
+  try {
+    FindStrategy("simplex");
+    FAIL();
+  } catch (const StrategyError& e) {
+    EXPECT_NE(std::string(e.what()).find("random"), std::string::npos);
+  }
+  ReplayEnv env(Tables()[0]);
+  Evaluator evaluator(env, Budget{5});
+  EXPECT_THROW(RunStrategy("anneal", evaluator, 0, {{"temperature", 1.0}}), StrategyError);
+}
+
+TEST(ReplayTest, ReportsEvaluationsToWithinAndIsDeterministic) {
+  ReplaySettings s;
+  s.strategy = "random";
+  s.budget = 100;
+  s.repeats = 8;
+  s.seed = 3;
+  const auto a = Replay(Tables(), s);
+  const auto b = Replay(Tables(), s);
+  EXPECT_EQ(a.ToJson(), b.ToJson());
+  ASSERT_EQ(a.problems.size(), 8u);
+  for (const auto& p : a.problems) {
+    ASSERT_EQ(p.evals_to_within.size(), 8u);
+    for (int64_t e : p.evals_to_within) {
+      EXPECT_GE(e, 1);
+      EXPECT_LE(e, 101);
+    }
+    // The median curve never rises and ends at or above the oracle.
+    for (size_t i = 1; i < p.median_curve.size(); ++i) EXPECT_LE(p.median_curve[i], p.median_curve[i - 1]);
+    EXPECT_GE(p.median_curve.back(), 1.0);
+    EXPECT_LE(p.evals_quantiles.p25, p.evals_quantiles.median);
+    EXPECT_LE(p.evals_quantiles.median, p.evals_quantiles.p75);
+  }
+  s.seed = 4;
+  EXPECT_NE(Replay(Tables(), s).ToJson(), a.ToJson());
+}
+
+TEST(ReplayTest, QuantileInterpolatesLinearly) {
+  EXPECT_DOUBLE_EQ(Quantile({1, 2, 3, 4}, 0.5), 2.5);
+  EXPECT_DOUBLE_EQ(Quantile({4, 1, 3, 2}, 0.25), 1.75);
+  EXPECT_TRUE(std::isinf(Quantile({1, kInf, kInf}, 0.5)));
+}
+
+}  // namespace
+}  // namespace dr_kernel
