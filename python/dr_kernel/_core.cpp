@@ -135,6 +135,11 @@ NB_MODULE(_core, m) {
       .def("add_predicate", [](Space& s, nb::callable fn, const std::string& description) {
              s.AddPredicate({[fn](const NamedValues& v) { return nb::cast<bool>(fn(FromNamed(v))); }, description});
            })
+      .def("allow_only", [](Space& s, const std::vector<nb::dict>& configs) {
+             std::vector<Config> out;
+             for (const auto& c : configs) out.push_back(ToConfig(s, c));
+             s.AllowOnly(out);
+           })
       .def_prop_ro("names", [](const Space& s) {
         std::vector<std::string> names;
         for (const auto& p : s.params()) names.push_back(p.name);

@@ -70,6 +70,9 @@ class Space {
   explicit Space(std::vector<Parameter> params, const std::vector<std::string>& constraints = {});
 
   void AddPredicate(Predicate predicate);
+  // Restricts the space to these configs (a hand-written list such as triton.autotune's): the
+  // product of their values stays the space's shape, so neighbour moves still mean one step.
+  void AllowOnly(const std::vector<Config>& configs);
 
   size_t num_params() const { return params_.size(); }
   const std::vector<Parameter>& params() const { return params_; }
@@ -119,6 +122,7 @@ class Space {
   std::vector<std::vector<double>> encoded_;  // Encoded position of each value.
   std::vector<Constraint> constraints_;
   std::vector<Predicate> predicates_;
+  std::optional<std::unordered_set<uint64_t>> allowed_;  // Set by AllowOnly.
   uint64_t product_size_ = 0;
   mutable std::optional<uint64_t> valid_count_;
 };

@@ -331,6 +331,12 @@ void Space::AddPredicate(Predicate predicate) {
   valid_count_.reset();
 }
 
+void Space::AllowOnly(const std::vector<Config>& configs) {
+  allowed_.emplace();
+  for (const auto& c : configs) allowed_->insert(Index(c));
+  valid_count_.reset();
+}
+
 int Space::ParamIndex(const std::string& name) const {
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].name == name) return static_cast<int>(i);
@@ -366,6 +372,7 @@ std::string Space::WhyInvalid(const Config& config) const {
   for (size_t i = 0; i < params_.size(); ++i)
     if (config[i] < 0 || config[i] >= static_cast<int32_t>(params_[i].values.size()))
       return "value index " + std::to_string(config[i]) + " is out of range for '" + params_[i].name + "'";
+  if (allowed_ && !allowed_->count(Index(config))) return "is not one of the listed configs";
   if (!constraints_.empty()) {
     const auto values = NumericValues(config);
     for (const auto& c : constraints_)
@@ -383,6 +390,7 @@ bool Space::IsValid(const Config& config) const {
   if (config.size() != params_.size()) return false;
   for (size_t i = 0; i < params_.size(); ++i)
     if (config[i] < 0 || config[i] >= static_cast<int32_t>(params_[i].values.size())) return false;
+  if (allowed_ && !allowed_->count(Index(config))) return false;
   if (!constraints_.empty()) {
     const auto values = NumericValues(config);
     for (const auto& c : constraints_)

@@ -1,0 +1,63 @@
+// Cost of one replay evaluation, amortised over whole tuning sessions.
+#include <benchmark/benchmark.h>
+
+#include "dr_kernel/replay.h"
+#include "dr_kernel/strategy.h"
+
+namespace dr_kernel {
+namespace {
+
+const std::vector<ProblemTable>& Tables() {
+  static const auto tables = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/matmul.jsonl"});
+  return tables;
+}
+
+// One session of `budget` random evaluations on the 4096^3 matmul table (1,440 configs): the
+// evaluator's bookkeeping, the environment's lookup and the sampler, per evaluation.
+void BM_RandomSessionPerEvaluation(benchmark::State& state) {
+  const int64_t budget = state.range(0);
+  ReplayEnv env(Tables()[2]);
+  uint64_t seed = 0;
+  for (auto _ : state) {
+    Evaluator evaluator(env, Budget{budget});
+    RunStrategy("random", evaluator, seed++);
+    benchmark::DoNotOptimize(evaluator.best_ms());
+  }
+  state.SetItemsProcessed(state.iterations() * budget);
+}
+BENCHMARK(BM_RandomSessionPerEvaluation)->Arg(100)->Arg(300);
+
+// The environment alone: one recorded lookup plus its simulated cost.
+void BM_ReplayStep(benchmark::State& state) {
+  ReplayEnv env(Tables()[2]);
+  std::vector<Config> configs;
+  env.space().ForEach([&](const Config& c) {
+    configs.push_back(c);
+    return true;
+  });
+  size_t i = 0;
+  for (auto _ : state) {
+    auto result = env.Step({configs[i++ % configs.size()]});
+    benchmark::DoNotOptimize(result);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ReplayStep);
+
+// Every strategy's whole replay (budget 300, 10 runs) over the four matmul tables.
+void BM_ReplayStrategy(benchmark::State& state, const char* strategy) {
+  ReplaySettings s;
+  s.strategy = strategy;
+  s.budget = 300;
+  s.repeats = 10;
+  for (auto _ : state) benchmark::DoNotOptimize(Replay(Tables(), s));
+  state.SetItemsProcessed(state.iterations() * 300 * 10 * Tables().size());
+}
+BENCHMARK_CAPTURE(BM_ReplayStrategy, random, "random")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReplayStrategy, anneal, "anneal")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReplayStrategy, genetic, "genetic")->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace dr_kernel
+
+BENCHMARK_MAIN();

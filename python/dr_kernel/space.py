@@ -1,0 +1,93 @@
+"""Search spaces from the forms users already write: a dict of value lists, or triton.Config lists."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from . import _core
+
+# Launch options of triton.Config that tune like meta-parameters.
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def make_space(
+    space: Mapping[str, Sequence[Any]] | None = None,
+    configs: Iterable[Any] | None = None,
+    constraints: Sequence[str] = (),
+    predicate: Callable[[dict], bool] | None = None,
+) -> _core.Space:
+    """Builds a search space.
+
+    ``space`` maps each parameter to its values in "one step up" order, e.g.
+    ``{"BLOCK_M": [64, 128, 256], "num_warps": [4, 8]}``. ``configs`` is instead a list of
+    ``triton.Config`` (or of dicts), as given to ``triton.autotune``: the space is the product of
+    their values restricted to exactly those configs. ``constraints`` are Python-syntax expressions
+    over parameter names ("BLOCK_M * BLOCK_N <= 128 * 128"); ``predicate`` is any callable taking a
+    config dict (slower: it runs in Python for every config it checks).
+    """
+    if (space is None) == (configs is None):
+        raise ValueError("give exactly one of space={name: [values]} or configs=[triton.Config, ...]")
+    listed: list[dict] | None = None
+    if configs is not None:
+        listed = [config_dict(c) for c in configs]
+        if not listed:
+            raise ValueError("configs=[] is empty: list at least one triton.Config")
+        names = list(dict.fromkeys(k for c in listed for k in c))
+        for c in listed:
+            missing = [n for n in names if n not in c]
+            if missing:
+                raise ValueError(
+                    f"config {c} lacks {', '.join(missing)}: every config must set the same parameters"
+                )
+        space = {n: sorted({c[n] for c in listed}, key=_order_key) for n in names}
+    params = []
+    for name, values in space.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise ValueError(f"space[{name!r}] = {values!r}: give a list of values, e.g. [32, 64, 128]")
+        params.append((str(name), list(values)))
+    result = _core.Space(params, list(constraints))
+    if listed is not None:
+        result.allow_only(listed)
+    if predicate is not None:
+        result.add_predicate(predicate, getattr(predicate, "__name__", "predicate"))
+    return result
+
+
+def _order_key(value: Any) -> tuple:
+    # Numbers ascending, then anything else by its text.
+    if isinstance(value, (bool, int, float)):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+def config_dict(config: Any) -> dict:
+    """A plain dict of a triton.Config (its kwargs plus launch options that differ from defaults)."""
+    if isinstance(config, Mapping):
+        return dict(config)
+    kwargs = getattr(config, "kwargs", None)
+    if kwargs is None:
+        raise TypeError(f"{config!r} is neither a dict nor a triton.Config")
+    out = dict(kwargs)
+    out["num_warps"] = config.num_warps
+    out["num_stages"] = config.num_stages
+    if getattr(config, "num_ctas", 1) != 1:
+        out["num_ctas"] = config.num_ctas
+    if getattr(config, "maxnreg", None) is not None:
+        out["maxnreg"] = config.maxnreg
+    return out
+
+
+def split_config(config: Mapping[str, Any]) -> tuple[dict, dict]:
+    """Separates kernel meta-parameters from launch options (num_warps, num_stages, ...)."""
+    meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
+    launch = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
+    return meta, launch
+
+
+def to_triton_config(config: Mapping[str, Any]):
+    """The triton.Config of a config dict."""
+    import triton
+
+    meta, launch = split_config(config)
+    return triton.Config(meta, **launch)

@@ -1,0 +1,123 @@
+"""The replay loop from Python: strategies, the callback environment, the CLI."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from dr_kernel import _core
+from dr_kernel.cli import main
+
+STRATEGIES = [s[0] for s in _core.strategies()]
+
+
+def table_env(table):
+    """A fake benchmarker over a recorded table: the same contract as the GPU measuring pool."""
+    rows = {tuple(sorted(c.items())): m for c, m in table.rows()}
+    names = list(table.rows()[0][0])
+    values = {n: sorted({c[n] for c, _ in table.rows()}) for n in names}
+    space = _core.Space(list(values.items()))
+    calls = []
+
+    def measure(batch):
+        calls.append(len(batch))
+        out = []
+        for config in batch:
+            m = rows.get(tuple(sorted(config.items())))
+            out.append((m, 0.5) if m else ({"status": "invalid"}, 0.0))
+        return out
+
+    return space, measure, calls
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_tunes_through_a_python_benchmarker(tables, strategy):
+    softmax = next(t for t in tables if t.problem["family"] == "softmax")
+    space, measure, calls = table_env(softmax)
+    seen = []
+    history = _core.tune(softmax.problem, space, measure, strategy, max_evals=space.count_valid(),
+                         max_seconds=math.inf, seed=2, on_trial=lambda c, m, s: seen.append(m["status"]))
+    assert len(history) == space.count_valid() == len(seen)
+    assert min(m["ms"] for _, m, _ in history if m["status"] == "ok") == softmax.oracle_ms
+    assert sum(calls) == len(history)
+    # The same seed gives the same trace; the budget holds.
+    again = _core.tune(softmax.problem, space, measure, strategy, max_evals=25, max_seconds=math.inf, seed=2)
+    first = _core.tune(softmax.problem, space, measure, strategy, max_evals=25, max_seconds=math.inf, seed=2)
+    assert [c for c, _, _ in again] == [c for c, _, _ in first]
+    assert len(first) == 25
+
+
+def test_a_failing_benchmarker_keeps_what_was_measured(tables):
+    softmax = next(t for t in tables if t.problem["family"] == "softmax")
+    space, measure, _ = table_env(softmax)
+    measured = []
+
+    def flaky(batch):
+        if len(measured) >= 5:
+            raise RuntimeError("the GPU went away")
+        out = measure(batch)
+        measured.extend(out)
+        return out
+
+    kept = []
+    with pytest.raises(RuntimeError, match="went away"):
+        _core.tune(softmax.problem, space, flaky, "random", max_evals=50, max_seconds=math.inf, seed=0,
+                   on_trial=lambda c, m, s: kept.append(c))
+    assert len(kept) == 5
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "dr_kernel.cli", *args], capture_output=True, text=True)
+
+
+def test_replay_json_has_the_published_schema_and_is_deterministic(table_paths):
+    args = ["replay", "--strategy", "anneal", "--budget", "60", "--repeats", "5", "--seed", "7", "--json"]
+    out = run_cli(*args)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert set(report) == {"strategy", "budget", "within", "repeats", "seed", "problems"}
+    assert (report["strategy"], report["budget"], report["repeats"], report["seed"]) == ("anneal", 60, 5, 7)
+    assert len(report["problems"]) == 8
+    for p in report["problems"]:
+        assert set(p) == {"family", "shape", "configs", "oracle_ms", "evals_to_within", "best_over_oracle",
+                          "tuning_s_to_within"}
+        assert set(p["best_over_oracle"]) == {"10", "20", "50"}
+        runs = p["evals_to_within"]["runs"]
+        assert len(runs) == 5 and all(1 <= r <= 61 for r in runs)
+        assert p["best_over_oracle"]["50"] <= p["best_over_oracle"]["10"]
+    matmul = [p for p in report["problems"] if p["family"] == "matmul"]
+    assert [p["shape"] for p in matmul][0] == {"M": 1024, "N": 1024, "K": 1024}
+    assert [p["configs"] for p in matmul] == [1368, 1368, 1368, 1440]
+    assert run_cli(*args).stdout == out.stdout
+
+
+def test_replay_plot_and_table(tmp_path, capsys):
+    png = tmp_path / "r.png"
+    assert main(["replay", "--budget", "30", "--repeats", "3", "--plot", str(png)]) == 0
+    text = capsys.readouterr().out
+    for name in STRATEGIES:
+        assert f" {name} " in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_input_gets_one_clear_line(tmp_path, table_paths):
+    out = run_cli("replay", "--strategy", "simplex")
+    assert out.returncode == 2
+    assert "unknown strategy 'simplex'" in out.stderr and "random" in out.stderr
+    assert "Traceback" not in out.stderr
+
+    broken = tmp_path / "broken.jsonl"
+    lines = table_paths[0].read_text().splitlines()[:5]
+    lines[3] = lines[3][:40]
+    broken.write_text("\n".join(lines) + "\n")
+    out = run_cli("replay", "--data", str(broken), "--strategy", "random")
+    assert out.returncode == 2
+    assert f"{broken}:4: not valid JSON" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+    out = run_cli("replay", "--strategy", "anneal", "--option", "t0")
+    assert out.returncode == 2 and "NAME=NUMBER" in out.stderr
+    out = run_cli("replay", "--strategy", "anneal", "--option", "heat=1")
+    assert out.returncode == 2 and "has no option 'heat'" in out.stderr
