@@ -32,8 +32,8 @@ NamedValues ParseNamedValues(const std::string& text) {
   for (auto it = object.begin(); it != object.end(); ++it) {
     auto value = ValueOfJson(it.value());
     if (!value)
-      throw std::invalid_argument("'" + it.key() + "' in '" + text + "' should be a number, bool or string, not " +
-                                  it.value().dump());
+      throw std::invalid_argument("'" + it.key() + "' in '" + text +
+                                  "' should be a number, bool or string, not " + it.value().dump());
     out.emplace_back(it.key(), std::move(*value));
   }
   return out;
