@@ -1,6 +1,7 @@
 // The results store: every measurement ever taken, the reference time of each problem, and the
 // winning config of each tuned kernel, in one SQLite database file that several processes may write
-// at once. It imports and exports the recorded-table format of table.h.
+// at once. It imports and exports the recorded-table format of table.h. The schema (tables problems,
+// reference, measurements and winners) is written out, with its units, in cpp/src/store/store.cc.
 #ifndef DR_KERNEL_STORE_H_
 #define DR_KERNEL_STORE_H_
 

@@ -352,6 +352,17 @@ TEST_F(StoreTest, RejectsAPathInAMissingDirectory) {
   EXPECT_NE(error.find("cannot be opened"), std::string::npos) << error;
 }
 
+TEST_F(StoreTest, RejectsAReadOnlyFile) {
+  if (geteuid() == 0) GTEST_SKIP() << "root may write any file";
+  {
+    Store store(path_);
+  }
+  fs::permissions(path_, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  const std::string error = OpenError(path_);
+  EXPECT_NE(error.find(path_), std::string::npos) << error;
+  EXPECT_NE(error.find("cannot be written"), std::string::npos) << error;
+}
+
 TEST_F(StoreTest, RejectsAnotherProgramsDatabase) {
   RawExec(path_, "CREATE TABLE photos (id INTEGER PRIMARY KEY, name TEXT)");
   const std::string error = OpenError(path_);
