@@ -4,13 +4,14 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "json_util.h"
 
 namespace dr_kernel {
 
-// Ordered so that shapes and configs keep the order of the file (M, N, K rather than K, M, N).
-using json = nlohmann::ordered_json;
+// Ordered, so that shapes and configs keep the order the file gives them (as problem.h promises).
+using json = OrderedJson;
 
 double ProblemTable::oracle_ms() const {
   double best = kInf;
@@ -67,10 +68,7 @@ class LineReader {
 
  private:
   Value ToValue(const char* field, const std::string& name, const json& v) const {
-    if (v.is_boolean()) return v.get<bool>();
-    if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number_float()) return v.get<double>();
-    if (v.is_string()) return v.get<std::string>();
+    if (auto value = ValueOfJson(v)) return *std::move(value);
     Fail(std::string("'") + field + "." + name + "' should be a number, bool or string, not " + v.dump());
   }
 

@@ -1,0 +1,477 @@
+#include "dr_kernel/store.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dr_kernel/table.h"
+
+namespace dr_kernel {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Each test gets a fresh directory for its database files, removed afterwards.
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "dr_kernel_store_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    path_ = (fs::path(dir_) / "results.db").string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string dir_;
+  std::string path_;
+};
+
+Problem SoftmaxProblem() {
+  Problem p;
+  p.family = "softmax";
+  p.shape = {{"rows", int64_t{4096}}, {"cols", int64_t{4096}}};
+  p.device = "NVIDIA H200";
+  p.dtype = "fp16";
+  return p;
+}
+
+TableRow OkRow(int64_t block, double ms) {
+  TableRow row;
+  row.config = {{"BLOCK", block}, {"num_warps", int64_t{4}}, {"num_stages", int64_t{2}}};
+  Measurement& m = row.measurement;
+  m.status = Status::kOk;
+  m.ms = ms;
+  m.ms_p20 = ms * 0.99;
+  m.ms_p80 = ms * 1.01;
+  m.compile_s = 0.5;
+  m.load_s = 0.003;
+  m.relerr = 2e-4;
+  m.n_regs = 32;
+  m.n_spills = 0;
+  m.shared = 8;
+  row.t = 12.5;
+  return row;
+}
+
+// Equal, or both NaN: a field that is unknown in one must be unknown in the other.
+bool SameNumber(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+void ExpectSameRow(const TableRow& want, const TableRow& got, const std::string& where) {
+  SCOPED_TRACE(where + " config " + ToJson(want.config));
+  EXPECT_EQ(ToJson(want.config), ToJson(got.config));
+  EXPECT_EQ(want.config, got.config);  // Same names, order and value types.
+  const Measurement& a = want.measurement;
+  const Measurement& b = got.measurement;
+  EXPECT_EQ(a.status, b.status);
+  EXPECT_TRUE(SameNumber(a.ms, b.ms)) << a.ms << " vs " << b.ms;
+  EXPECT_TRUE(SameNumber(a.ms_p20, b.ms_p20)) << a.ms_p20 << " vs " << b.ms_p20;
+  EXPECT_TRUE(SameNumber(a.ms_p80, b.ms_p80)) << a.ms_p80 << " vs " << b.ms_p80;
+  EXPECT_TRUE(SameNumber(a.compile_s, b.compile_s)) << a.compile_s << " vs " << b.compile_s;
+  EXPECT_TRUE(SameNumber(a.load_s, b.load_s)) << a.load_s << " vs " << b.load_s;
+  EXPECT_TRUE(SameNumber(a.relerr, b.relerr)) << a.relerr << " vs " << b.relerr;
+  EXPECT_EQ(a.n_regs, b.n_regs);
+  EXPECT_EQ(a.n_spills, b.n_spills);
+  EXPECT_EQ(a.shared, b.shared);
+  EXPECT_EQ(a.error, b.error);
+  EXPECT_TRUE(SameNumber(want.t, got.t)) << want.t << " vs " << got.t;
+}
+
+void ExpectSameReference(const std::optional<Reference>& want, const std::optional<Reference>& got) {
+  ASSERT_EQ(want.has_value(), got.has_value());
+  if (!want) return;
+  EXPECT_EQ(want->name, got->name);
+  EXPECT_TRUE(SameNumber(want->ms, got->ms));
+  EXPECT_TRUE(SameNumber(want->flops, got->flops));
+  EXPECT_TRUE(SameNumber(want->bytes, got->bytes));
+}
+
+// Compares tables problem by problem and row by row, in order.
+void ExpectSameTables(const std::vector<ProblemTable>& want, const std::vector<ProblemTable>& got) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(want[i].problem.Key(), got[i].problem.Key());
+    ExpectSameReference(want[i].reference, got[i].reference);
+    ASSERT_EQ(want[i].rows.size(), got[i].rows.size()) << want[i].problem.Label();
+    for (size_t r = 0; r < want[i].rows.size(); ++r)
+      ExpectSameRow(want[i].rows[r], got[i].rows[r], want[i].problem.Label() + " row " + std::to_string(r));
+  }
+}
+
+// The tables that WriteTable() writes for `tables`, read back with ParseTables().
+std::vector<ProblemTable> WrittenAndParsed(const std::vector<ProblemTable>& tables) {
+  std::stringstream text;
+  for (const auto& table : tables) WriteTable(text, table);
+  return ParseTables(text, "export");
+}
+
+// Runs SQL on the file directly, as another program (or a newer dr_kernel) would.
+void RawExec(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  const std::string message = error ? error : "";
+  sqlite3_free(error);
+  sqlite3_close(db);
+  ASSERT_EQ(rc, SQLITE_OK) << message;
+}
+
+std::string RawPragma(const std::string& path, const std::string& pragma) {
+  sqlite3* db = nullptr;
+  sqlite3_open(path.c_str(), &db);
+  sqlite3_stmt* s = nullptr;
+  std::string out;
+  if (sqlite3_prepare_v2(db, ("PRAGMA " + pragma).c_str(), -1, &s, nullptr) == SQLITE_OK &&
+      sqlite3_step(s) == SQLITE_ROW)
+    out = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return out;
+}
+
+// The message of the StoreError that opening `path` throws, or "" when it opens.
+std::string OpenError(const std::string& path) {
+  try {
+    Store store(path);
+  } catch (const StoreError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(StoreTest, CreatesAnEmptyDatabaseInWalMode) {
+  {
+    Store store(path_);
+    EXPECT_EQ(store.path(), path_);
+    EXPECT_EQ(store.Count(), 0);
+    EXPECT_TRUE(store.Problems().empty());
+    EXPECT_TRUE(store.Export().empty());
+  }
+  EXPECT_EQ(RawPragma(path_, "journal_mode"), "wal");
+  EXPECT_EQ(RawPragma(path_, "user_version"), std::to_string(Store::kSchemaVersion));
+  EXPECT_EQ(RawPragma(path_, "application_id"), std::to_string(Store::kApplicationId));
+  // Opening it again finds the same, empty database.
+  Store again(path_);
+  EXPECT_EQ(again.Count(), 0);
+}
+
+TEST_F(StoreTest, AddedRowsReadBackFieldByField) {
+  Store store(path_);
+  const Problem problem = SoftmaxProblem();
+  const int64_t id = store.AddProblem(problem);
+  EXPECT_EQ(store.AddProblem(problem), id);  // An upsert: the same problem keeps its id.
+
+  TableRow fast = OkRow(1024, 0.0291);
+  TableRow failed;
+  failed.config = {{"BLOCK", int64_t{32768}}, {"num_warps", int64_t{1}}, {"num_stages", int64_t{4}}};
+  failed.measurement.status = Status::kOutOfResources;
+  failed.measurement.compile_s = 3.25;
+  failed.measurement.shared = 262144;
+  failed.measurement.error = "out of resource: shared memory, Required: 262144, Hardware limit: 232448";
+  // Every kind of value a config may hold, in an order that is not alphabetical.
+  TableRow odd = OkRow(512, 0.05);
+  odd.config = {
+      {"z_flag", true}, {"scale", 0.5}, {"layout", std::string("row \"major\"")}, {"A", int64_t{-3}}};
+  odd.t = kNaN;
+  store.Add(problem, fast, "gpu");
+  store.AddBatch(problem, {failed, odd}, "gpu");
+
+  EXPECT_EQ(store.Count(), 3);
+  EXPECT_EQ(store.Count(problem), 3);
+  const auto rows = store.Rows(problem);
+  ASSERT_EQ(rows.size(), 3u);
+  ExpectSameRow(fast, rows[0], "fast");
+  ExpectSameRow(failed, rows[1], "failed");
+  ExpectSameRow(odd, rows[2], "odd");
+
+  const auto problems = store.Problems();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].Key(), problem.Key());
+  EXPECT_EQ(problems[0].Label(), "softmax rows=4096 cols=4096 fp16");
+
+  // Another device is another problem.
+  Problem other = problem;
+  other.device = "NVIDIA A100";
+  EXPECT_TRUE(store.Rows(other).empty());
+  EXPECT_EQ(store.Count(other), 0);
+  EXPECT_NE(store.AddProblem(other), id);
+  EXPECT_EQ(store.Problems().size(), 2u);
+}
+
+TEST_F(StoreTest, ReferenceIsSetReplacedAndKeptUnknownFields) {
+  Store store(path_);
+  const Problem problem = SoftmaxProblem();
+  EXPECT_FALSE(store.GetReference(problem).has_value());
+  Reference ref{"torch.softmax", 0.0582, 83886080, 67108864};
+  store.SetReference(problem, ref);
+  ExpectSameReference(ref, store.GetReference(problem));
+  Reference replaced{"torch.softmax", 0.0575, kNaN, 67108864};
+  store.SetReference(problem, replaced);
+  ExpectSameReference(replaced, store.GetReference(problem));
+  EXPECT_EQ(store.Problems().size(), 1u);
+}
+
+TEST_F(StoreTest, RowsSurviveReopening) {
+  {
+    Store store(path_);
+    store.Add(SoftmaxProblem(), OkRow(256, 0.0346), "gpu");
+  }
+  Store store(path_);
+  ASSERT_EQ(store.Count(), 1);
+  ExpectSameRow(OkRow(256, 0.0346), store.Rows(SoftmaxProblem())[0], "reopened");
+}
+
+TEST_F(StoreTest, BatchIsAllOrNothing) {
+  Store store(path_);
+  TableRow empty;
+  empty.measurement.status = Status::kOk;
+  try {
+    store.AddBatch(SoftmaxProblem(), {OkRow(256, 0.03), empty, OkRow(512, 0.03)}, "gpu");
+    FAIL() << "a row without a config was accepted";
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("empty config"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path_), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store.Count(), 0);
+  // The store is still usable after the failed transaction.
+  store.Add(SoftmaxProblem(), OkRow(256, 0.03), "gpu");
+  EXPECT_EQ(store.Count(), 1);
+}
+
+TEST_F(StoreTest, SoftmaxTableRoundTripsThroughExport) {
+  const auto original = ReadTables({DR_KERNEL_DATA_DIR "/softmax.jsonl"});
+  ASSERT_EQ(original.size(), 1u);
+  ASSERT_EQ(original[0].rows.size(), 170u);
+  EXPECT_EQ(original[0].problem.Label(), "softmax rows=4096 cols=4096");  // The file's key order.
+
+  Store store(path_);
+  EXPECT_EQ(store.Import(original, ""), 170);
+  EXPECT_EQ(store.Count(), 170);
+  const auto exported = store.Export();
+  ASSERT_EQ(exported.size(), 1u);
+  EXPECT_EQ(exported[0].source, path_);
+  ExpectSameTables(original, exported);
+  // Written in the recorded format and read back, nothing changes either.
+  ExpectSameTables(original, WrittenAndParsed(exported));
+}
+
+TEST_F(StoreTest, ImportsWholeMatmulTableInOneTransaction) {
+  const auto original = ReadTables({DR_KERNEL_DATA_DIR "/matmul.jsonl"});
+  ASSERT_EQ(original.size(), 4u);
+  size_t rows = 0;
+  for (const auto& t : original) rows += t.rows.size();
+  ASSERT_EQ(rows + original.size(), 5548u);  // One reference and the measure rows per problem.
+
+  Store store(path_);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(store.Import(original, "matmul.jsonl"), static_cast<int64_t>(rows));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  RecordProperty("import_seconds", std::to_string(seconds));
+  std::printf("imported %zu matmul rows in %.3f s\n", rows, seconds);
+  EXPECT_LT(seconds, 10.0) << "one transaction of 5,544 rows should take well under a second";
+
+  EXPECT_EQ(store.Count(), static_cast<int64_t>(rows));
+  ExpectSameTables(original, store.Export());
+  ExpectSameTables(original, WrittenAndParsed(store.Export()));
+}
+
+TEST_F(StoreTest, WinnersArePutGotAndOverwritten) {
+  Store store(path_);
+  EXPECT_FALSE(store.GetWinner("matmul-abc123").has_value());
+
+  Winner first;
+  first.config = {{"BLOCK_M", int64_t{128}}, {"BLOCK_N", int64_t{256}}, {"num_warps", int64_t{8}}};
+  first.ms = 0.1897;
+  first.evaluations = 100;
+  store.PutWinner("matmul-abc123", first);
+  auto got = store.GetWinner("matmul-abc123");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->config, first.config);
+  EXPECT_EQ(got->ms, first.ms);
+  EXPECT_EQ(got->evaluations, 100);
+  EXPECT_FALSE(std::isnan(got->created));  // Filled in with the time of PutWinner.
+
+  Winner better = first;
+  better.config[1].second = int64_t{128};
+  better.ms = 0.1811;
+  better.evaluations = 250;
+  better.created = 1700000000.0;
+  store.PutWinner("matmul-abc123", better);
+  got = store.GetWinner("matmul-abc123");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->config, better.config);
+  EXPECT_EQ(got->ms, 0.1811);
+  EXPECT_EQ(got->evaluations, 250);
+  EXPECT_EQ(got->created, 1700000000.0);
+
+  store.PutWinner("softmax-def456", first);
+  EXPECT_EQ(store.GetWinner("matmul-abc123")->ms, 0.1811);
+  EXPECT_EQ(store.GetWinner("softmax-def456")->ms, 0.1897);
+  EXPECT_EQ(store.Count(), 0);  // Winners are not measurements.
+}
+
+TEST_F(StoreTest, RejectsATextFile) {
+  {
+    std::ofstream out(path_);
+    out << "This is a text file, not a database. It is long enough to have a header's worth of bytes, "
+           "and it goes on for a little while longer to be sure of that.\n";
+  }
+  const std::string error = OpenError(path_);
+  EXPECT_NE(error.find(path_), std::string::npos) << error;
+  EXPECT_NE(error.find("not a SQLite database"), std::string::npos) << error;
+  // Nothing was written to it.
+  std::ifstream in(path_);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first.rfind("This is a text file", 0), 0u);
+}
+
+TEST_F(StoreTest, RejectsADirectory) {
+  const std::string error = OpenError(dir_);
+  EXPECT_NE(error.find(dir_), std::string::npos) << error;
+  EXPECT_NE(error.find("is a directory"), std::string::npos) << error;
+}
+
+TEST_F(StoreTest, RejectsAPathInAMissingDirectory) {
+  const std::string path = (fs::path(dir_) / "no" / "such" / "dir" / "results.db").string();
+  const std::string error = OpenError(path);
+  EXPECT_NE(error.find(path), std::string::npos) << error;
+  EXPECT_NE(error.find("cannot be opened"), std::string::npos) << error;
+}
+
+TEST_F(StoreTest, RejectsAReadOnlyFile) {
+  if (geteuid() == 0) GTEST_SKIP() << "root may write any file";
+  {
+    Store store(path_);
+  }
+  fs::permissions(path_, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  const std::string error = OpenError(path_);
+  EXPECT_NE(error.find(path_), std::string::npos) << error;
+  EXPECT_NE(error.find("cannot be written"), std::string::npos) << error;
+}
+
+TEST_F(StoreTest, RejectsAnotherProgramsDatabase) {
+  RawExec(path_, "CREATE TABLE photos (id INTEGER PRIMARY KEY, name TEXT)");
+  const std::string error = OpenError(path_);
+  EXPECT_NE(error.find(path_), std::string::npos) << error;
+  EXPECT_NE(error.find("not a dr_kernel results database"), std::string::npos) << error;
+  EXPECT_EQ(RawPragma(path_, "journal_mode"), "delete");  // Left as it was.
+}
+
+TEST_F(StoreTest, RejectsANewerSchema) {
+  {
+    Store store(path_);
+  }
+  RawExec(path_, "PRAGMA user_version = " + std::to_string(Store::kSchemaVersion + 1));
+  const std::string error = OpenError(path_);
+  EXPECT_NE(error.find(path_), std::string::npos) << error;
+  EXPECT_NE(error.find("newer dr_kernel"), std::string::npos) << error;
+  EXPECT_NE(error.find("schema version " + std::to_string(Store::kSchemaVersion + 1)), std::string::npos)
+      << error;
+}
+
+TEST_F(StoreTest, ReportsADamagedFile) {
+  {
+    Store store(path_);
+    store.Import(ReadTables({DR_KERNEL_DATA_DIR "/softmax.jsonl"}), "");
+  }
+  ASSERT_EQ(RawPragma(path_, "journal_mode"), "wal");
+  const auto size = fs::file_size(path_);
+  ASSERT_GT(size, 16384u);
+  {
+    // Scribble over everything after the first page (the header and the schema stay readable).
+    std::fstream file(path_, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(4096);
+    const std::string junk(size - 4096, '\xa5');
+    file.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  try {
+    Store store(path_);
+    store.Export();
+    FAIL() << "a damaged file was read without complaint";
+  } catch (const StoreError& e) {
+    const std::string error = e.what();
+    EXPECT_NE(error.find(path_), std::string::npos) << error;
+    EXPECT_NE(error.find("damaged"), std::string::npos) << error;
+  }
+}
+
+// Processes that write the same file at once lose nothing: 4 children each add 200 rows in short
+// transactions (one row, or a batch of 4), all starting together on a database none of them created.
+TEST_F(StoreTest, ConcurrentWritersLoseNothing) {
+  constexpr int kChildren = 4;
+  constexpr int kRowsEach = 200;
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<pid_t> children;
+  for (int c = 0; c < kChildren; ++c) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(go[1]);
+      char byte;
+      while (read(go[0], &byte, 1) > 0) {
+      }  // Wait until the parent closes the pipe.
+      int code = 0;
+      try {
+        Store store(path_);
+        const Problem problem = SoftmaxProblem();
+        auto row = [&](int i) {
+          TableRow r = OkRow(256, 1 + c * 1000 + i);
+          r.config = {{"child", int64_t{c}}, {"i", int64_t{i}}};
+          return r;
+        };
+        const std::string source = "child-" + std::to_string(c);
+        for (int i = 0; i < kRowsEach;) {
+          if (c % 2 == 0) {
+            store.Add(problem, row(i), source);
+            i += 1;
+          } else {
+            store.AddBatch(problem, {row(i), row(i + 1), row(i + 2), row(i + 3)}, source);
+            i += 4;
+          }
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child %d: %s\n", c, e.what());
+        code = 1;
+      }
+      _exit(code);
+    }
+    children.push_back(pid);
+  }
+  close(go[0]);
+  close(go[1]);
+  for (const pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a writer failed; see its message above";
+  }
+
+  Store store(path_);
+  EXPECT_EQ(store.Count(), kChildren * kRowsEach);
+  ASSERT_EQ(store.Problems().size(), 1u);
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (const auto& row : store.Rows(SoftmaxProblem())) {
+    const int64_t c = std::get<int64_t>(*Find(row.config, "child"));
+    const int64_t i = std::get<int64_t>(*Find(row.config, "i"));
+    EXPECT_EQ(row.measurement.ms, 1 + c * 1000 + i);
+    EXPECT_TRUE(seen.emplace(c, i).second) << "child " << c << " row " << i << " stored twice";
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kChildren * kRowsEach));
+}
+
+}  // namespace
+}  // namespace dr_kernel
