@@ -121,3 +121,19 @@ def test_bad_input_gets_one_clear_line(tmp_path, table_paths):
     assert out.returncode == 2 and "NAME=NUMBER" in out.stderr
     out = run_cli("replay", "--strategy", "anneal", "--option", "heat=1")
     assert out.returncode == 2 and "has no option 'heat'" in out.stderr
+
+
+def test_db_import_export_round_trip(tmp_path, table_paths):
+    db = tmp_path / "r.db"
+    softmax = next(p for p in table_paths if p.name == "softmax.jsonl")
+    assert main(["db", "import", str(softmax), "--db", str(db)]) == 0
+    out = tmp_path / "out.jsonl"
+    assert main(["db", "export", str(out), "--db", str(db)]) == 0
+    original = _core.read_tables([str(softmax)])[0]
+    again = _core.read_tables([str(out)])[0]
+    assert again.problem == original.problem and again.rows() == original.rows()
+    assert run_cli("db", "stats", "--db", str(tmp_path / "missing" / "deeper" / "x.db")).returncode == 0
+    bad = tmp_path / "not.db"
+    bad.write_text("hello\n" * 100)
+    res = run_cli("db", "stats", "--db", str(bad))
+    assert res.returncode == 2 and str(bad) in res.stderr and "Traceback" not in res.stderr

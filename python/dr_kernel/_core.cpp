@@ -1,5 +1,7 @@
 // The one binding file: plain data (dicts, lists, numbers) and callbacks cross; logic stays in C++
 // (cpp/) or in pure Python (python/dr_kernel/).
+#include <fstream>
+
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
@@ -12,6 +14,7 @@
 #include "dr_kernel/evaluator.h"
 #include "dr_kernel/replay.h"
 #include "dr_kernel/space.h"
+#include "dr_kernel/store.h"
 #include "dr_kernel/strategy.h"
 #include "dr_kernel/table.h"
 
@@ -125,6 +128,8 @@ NB_MODULE(_core, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const TableError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const StoreError& e) {
+      PyErr_SetString(PyExc_OSError, e.what());
     }
   });
 
@@ -205,6 +210,46 @@ NB_MODULE(_core, m) {
       });
 
   m.def("read_tables", &ReadTables, nb::arg("paths"), "Reads recorded tables (JSON lines), one Table per problem.");
+
+  // The results store: every measurement, and the winners the decorator reuses.
+  nb::class_<Store>(m, "Store")
+      .def(nb::init<const std::string&>(), nb::arg("path"))
+      .def_prop_ro("path", &Store::path)
+      .def("add", [](Store& s, const nb::dict& problem, const nb::dict& config, const nb::dict& measurement,
+                     const std::string& source) {
+             TableRow row{ToNamed(config), ToMeasurement(measurement), kNaN};
+             s.Add(ToProblem(problem), row, source);
+           }, nb::arg("problem"), nb::arg("config"), nb::arg("measurement"), nb::arg("source"))
+      .def("set_reference", [](Store& s, const nb::dict& problem, const std::string& name, double ms, double flops,
+                               double bytes) { s.SetReference(ToProblem(problem), Reference{name, ms, flops, bytes}); })
+      .def("problems", [](const Store& s) {
+        nb::list out;
+        for (const auto& p : s.Problems()) out.append(FromProblem(p));
+        return out;
+      })
+      .def("rows", [](const Store& s, const nb::dict& problem) {
+        nb::list out;
+        for (const auto& r : s.Rows(ToProblem(problem)))
+          out.append(nb::make_tuple(FromNamed(r.config), FromMeasurement(r.measurement)));
+        return out;
+      })
+      .def("count", [](const Store& s) { return s.Count(); })
+      .def("import_tables", &Store::Import, nb::arg("tables"), nb::arg("source") = "")
+      .def("export_tables", &Store::Export)
+      .def("put_winner", [](Store& s, const std::string& key, const nb::dict& config, double ms, int64_t evaluations) {
+        s.PutWinner(key, Winner{ToNamed(config), ms, evaluations, kNaN});
+      })
+      .def("get_winner", [](const Store& s, const std::string& key) -> nb::object {
+        const auto w = s.GetWinner(key);
+        if (!w) return nb::none();
+        return nb::make_tuple(FromNamed(w->config), w->ms, w->evaluations);
+      });
+
+  m.def("write_tables", [](const std::vector<ProblemTable>& tables, const std::string& path) {
+    std::ofstream out(path);
+    if (!out) throw nb::value_error((path + ": cannot be written; check the folder exists and is writable").c_str());
+    for (const auto& t : tables) WriteTable(out, t);
+  });
 
   m.def("strategies", [] {
     nb::list out;

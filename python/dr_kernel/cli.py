@@ -104,6 +104,31 @@ def cmd_strategies(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db(args: argparse.Namespace) -> int:
+    from . import _core
+    from .store import open_store
+
+    store = open_store(args.db)
+    if args.action == "import":
+        if not args.files:
+            raise UsageError("db import needs the recorded tables to import, e.g. dr-kernel db import sweep.jsonl")
+        added = store.import_tables(_core.read_tables([str(f) for f in args.files]))
+        print(f"imported {added} rows into {store.path} ({store.count()} in all)")
+    elif args.action == "export":
+        if len(args.files) != 1:
+            raise UsageError("db export needs one output file, e.g. dr-kernel db export all.jsonl")
+        tables = store.export_tables()
+        _core.write_tables(tables, str(args.files[0]))
+        print(f"exported {sum(len(t) for t in tables)} rows of {len(tables)} problems to {args.files[0]}")
+    else:
+        problems = store.problems()
+        print(f"{store.path}: {store.count()} measurements of {len(problems)} problems")
+        for p in problems:
+            shape = " ".join(f"{k}={v}" for k, v in p["shape"].items())
+            print(f"  {p['family']} {shape} {p['dtype']} {p['device']}: {len(store.rows(p))} rows")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dr-kernel", description="Auto-tuning of Triton GPU kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -120,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=Path, help="write a PNG of best-so-far / best against evaluations")
     p.set_defaults(func=cmd_replay)
 
+    p = sub.add_parser("db", help="the results store: import or export recorded tables, or list what it holds")
+    p.add_argument("action", choices=["stats", "import", "export"])
+    p.add_argument("files", nargs="*", type=Path)
+    p.add_argument("--db", type=Path, help="the database file (default: $DR_KERNEL_DB or the per-user cache)")
+    p.set_defaults(func=cmd_db)
+
     p = sub.add_parser("strategies", help="list the search strategies and their options")
     p.set_defaults(func=cmd_strategies)
     return parser
@@ -132,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"dr-kernel {args.command}: {e}", file=sys.stderr)
         return 2
-    except ValueError as e:  # The engine's errors about user input (bad data file, space, option).
+    except (ValueError, OSError) as e:  # The engine's errors about user input (data file, space, store).
         print(f"dr-kernel {args.command}: {e}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,24 @@
+"""Where results are kept: one SQLite file (WAL), shared by processes and sessions."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import _core
+
+
+def default_db_path() -> Path:
+    """``DR_KERNEL_DB`` when set, else ``results.db`` in the per-user cache folder."""
+    explicit = os.environ.get("DR_KERNEL_DB")
+    if explicit:
+        return Path(explicit).expanduser()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "dr_kernel" / "results.db"
+
+
+def open_store(path: str | os.PathLike | None = None) -> _core.Store:
+    """Opens (creating it and its folder when missing) the results store."""
+    db = Path(path) if path is not None else default_db_path()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return _core.Store(str(db))
