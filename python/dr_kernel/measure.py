@@ -1,0 +1,371 @@
+"""Measuring configs: validation, then timing, in worker processes that may crash.
+
+A config that corrupts the GPU context (an illegal address, a trap) kills the process it runs in, so
+configs run in child processes, one per visible GPU. The parent only sends configs and reads
+results; when a child dies or hangs, the config it was on is recorded as ``crashed``, the child is
+restarted and the batch goes on. Nothing measured before the crash is lost.
+
+Each config is launched once on poisoned outputs and checked against the reference (the framework
+operator for built-in kernels, the user's reference or the first valid config's result otherwise);
+only a correct config is timed: an L2 flush before every launch, CUDA events around it, a fixed
+number of launches, and an early stop once the config is clearly slower than the best so far.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class MeasureSettings:
+    reps: int = 20              # Timed launches of a config that is not stopped early.
+    min_reps: int = 3           # Launches before an early stop may be decided.
+    stop_factor: float = 2.0    # Stop timing once the median so far exceeds this x the best.
+    flush_bytes: int = 256 << 20  # L2 flush buffer (the H200's L2 is 60 MB).
+    max_relerr: float = 2e-2    # Relative L2 error a correct config stays under.
+    timeout_s: float = 120.0    # A config whose launch and timing take longer is killed.
+
+
+class Job:
+    """What a measuring worker runs: built once per worker (inputs on its device), then launched
+    with many configs. Subclasses must pickle (they travel to a spawned process)."""
+
+    def setup(self, device: str) -> Any:
+        """Builds the inputs on `device` and returns the state the other methods receive."""
+        raise NotImplementedError
+
+    def launch(self, state: Any, config: dict) -> None:
+        raise NotImplementedError
+
+    def outputs(self, state: Any) -> list:
+        """The tensors a launch writes: poisoned before validation, compared after it."""
+        raise NotImplementedError
+
+    def expected(self, state: Any) -> list | None:
+        """The correct values of outputs(), or None to take the first valid config's."""
+        return None
+
+    def before_launch(self, state: Any) -> None:
+        """Restores inputs a launch modifies in place (triton.autotune's restore_value and
+        reset_to_zero)."""
+
+
+def relative_error(out, ref) -> float:
+    """‖out − ref‖ / ‖ref‖ in fp32; NaN or inf anywhere gives inf."""
+    diff = (out.float() - ref.float()).norm().item()
+    scale = ref.float().norm().item()
+    if not math.isfinite(diff):
+        return math.inf
+    return diff / scale if scale > 0 else diff
+
+
+def _poison(tensor) -> None:
+    if tensor.dtype.is_floating_point:
+        tensor.fill_(float("nan"))
+    else:
+        tensor.fill_(-1)
+
+
+class _Timer:
+    """Times one launch: CUDA events after an L2 flush on a GPU, the wall clock elsewhere (the
+    interpreter on a CPU, where the figures only order configs for tests)."""
+
+    def __init__(self, device: str, flush_bytes: int):
+        import torch
+
+        self.cuda = device.startswith("cuda")
+        self.torch = torch
+        self.flush = torch.empty(flush_bytes, dtype=torch.int8, device=device) if self.cuda else None
+
+    def time_ms(self, run: Callable[[], None]) -> float:
+        if not self.cuda:
+            start = time.perf_counter()
+            run()
+            return (time.perf_counter() - start) * 1e3
+        torch = self.torch
+        self.flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+
+def measure_config(job: Job, state: Any, config: dict, reference: list | None, best_ms: float,
+                   settings: MeasureSettings, timer: _Timer) -> tuple[dict, list | None]:
+    """Validates and times one config in this process. Returns the measurement (recorded-table
+    fields) and the outputs when they were correct (the reference for later configs when the job
+    has none)."""
+    import torch
+
+    outs = job.outputs(state)
+    for t in outs:
+        _poison(t)
+    job.before_launch(state)
+    start = time.perf_counter()
+    try:
+        job.launch(state, config)
+        if timer.cuda:
+            torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 -- any launch failure is this config's result.
+        return _failure(e), None
+    load_s = time.perf_counter() - start
+
+    relerr = 0.0
+    if reference is not None:
+        relerr = max(relative_error(o, r) for o, r in zip(outs, reference))
+    elif any(not bool(torch.isfinite(o.float()).all()) for o in outs if o.dtype.is_floating_point):
+        relerr = math.inf  # The first valid config becomes the reference: it must write every element.
+    if not relerr < settings.max_relerr:
+        return {"status": "wrong", "relerr": relerr, "load_s": load_s,
+                "error": f"relative error {relerr:.3g} is over {settings.max_relerr}"}, None
+    kept = [o.clone() for o in outs] if reference is None else None
+
+    times: list[float] = []
+    for _ in range(settings.reps):
+        job.before_launch(state)
+        times.append(timer.time_ms(lambda: job.launch(state, config)))
+        if len(times) >= settings.min_reps and statistics.median(times) > settings.stop_factor * best_ms:
+            break  # Clearly slower than the best: more launches would not change the decision.
+    times.sort()
+    q = statistics.quantiles(times, n=5, method="inclusive") if len(times) > 1 else [times[0]] * 4
+    return {"status": "ok", "ms": statistics.median(times), "ms_p20": q[0], "ms_p80": q[3],
+            "relerr": relerr, "load_s": load_s, "reps": len(times)}, kept
+
+
+def _failure(e: BaseException) -> dict:
+    text = f"{type(e).__name__}: {e}"
+    status = "out_of_resources" if "OutOfResources" in type(e).__name__ or "out of resource" in text else "compile_error"
+    return {"status": status, "error": text[:2000]}
+
+
+def _child_entry(fd: int) -> None:
+    """Entry point of a measuring process: its first message is (job, device, settings)."""
+    conn = Connection(fd)
+    job, device, settings = conn.recv()
+    _worker_main(conn, job, device, settings)
+
+
+def _worker_main(conn, job: Job, device: str, settings: MeasureSettings) -> None:
+    """Body of a measuring process: set up once, then answer ("measure", config, best_ms) messages."""
+    try:
+        state = job.setup(device)
+        timer = _Timer(device, settings.flush_bytes)
+        reference = job.expected(state)
+    except Exception:  # noqa: BLE001 -- reported to the parent, which raises it there.
+        conn.send(("setup_error", traceback.format_exc()))
+        return
+    conn.send(("ready", None))
+    while True:
+        message = conn.recv()
+        if message[0] == "stop":
+            return
+        _, config, best_ms = message
+        start = time.perf_counter()
+        result, outs = measure_config(job, state, config, reference, best_ms, settings, timer)
+        if reference is None and outs is not None:
+            reference = outs
+        conn.send(("result", (result, time.perf_counter() - start)))
+
+
+class WorkerError(RuntimeError):
+    """A measuring worker could not set up its job (a bad kernel or arguments): tuning cannot go on."""
+
+
+@dataclass
+class _Worker:
+    device: str
+    process: Any = None
+    conn: Any = None
+    restarts: int = 0
+
+
+@dataclass
+class MeasurePool:
+    """Measuring processes, one per device, fed from one queue of configs.
+
+    ``devices`` are torch device strings as seen inside a worker: each GPU worker is started with
+    CUDA_VISIBLE_DEVICES naming its one GPU, so it always uses "cuda:0".
+    """
+
+    job: Job
+    devices: Sequence[str] = ("cpu",)
+    settings: MeasureSettings = field(default_factory=MeasureSettings)
+    _workers: list = field(default_factory=list, init=False)
+
+    def __post_init__(self):
+        self._workers = [_Worker(device=d) for d in self.devices]
+
+    def _start(self, worker: _Worker) -> None:
+        # A fresh interpreter rather than multiprocessing's spawn: spawn re-runs the user's main
+        # script in the child, which for a script without a __main__ guard would tune again.
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        device = worker.device
+        if device.startswith("cuda:"):
+            env["CUDA_VISIBLE_DEVICES"] = device.split(":")[1]
+            device = "cuda:0"
+        worker.process = subprocess.Popen(
+            [sys.executable, "-c", f"from dr_kernel.measure import _child_entry; _child_entry({child.fileno()})"],
+            pass_fds=(child.fileno(),), env=env)
+        child.close()
+        worker.conn = Connection(parent.detach())
+        worker.conn.send((self.job, device, self.settings))
+        kind, payload = self._receive(worker, self.settings.timeout_s + 120)
+        if kind != "ready":
+            self._kill(worker)
+            raise WorkerError(f"the measuring worker on {worker.device} could not set up the kernel:\n{payload}")
+
+    def _receive(self, worker: _Worker, timeout: float):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if worker.conn.poll(0.05):
+                try:
+                    return worker.conn.recv()
+                except EOFError:  # The process closed its end: it is dying or dead.
+                    try:
+                        code = worker.process.wait(10)
+                    except subprocess.TimeoutExpired:
+                        code = "unknown"
+                    return ("died", f"exit code {code}")
+            if worker.process.poll() is not None:
+                if worker.conn.poll(0):  # It answered, then died: take the answer.
+                    try:
+                        return worker.conn.recv()
+                    except EOFError:
+                        pass
+                return ("died", f"exit code {worker.process.returncode}")
+        return ("hung", f"no answer within {timeout:.0f} s")
+
+    def _kill(self, worker: _Worker) -> None:
+        if worker.process is not None:
+            if worker.process.poll() is None:
+                worker.process.kill()
+            worker.process.wait(10)
+        if worker.conn is not None:
+            worker.conn.close()
+        worker.process = worker.conn = None
+
+    def _measure_one(self, worker: _Worker, config: dict, best_ms: float) -> tuple[dict, float]:
+        if worker.process is None:
+            self._start(worker)
+        start = time.perf_counter()
+        worker.conn.send(("measure", config, best_ms))
+        kind, payload = self._receive(worker, self.settings.timeout_s)
+        if kind == "result":
+            return payload
+        # The process died (a crash in the kernel) or hung: this config is to blame. Restart lazily.
+        self._kill(worker)
+        worker.restarts += 1
+        return {"status": "crashed", "error": f"the measuring process {kind} ({payload})"}, time.perf_counter() - start
+
+    def measure(self, configs: Sequence[dict], best_ms: float = math.inf) -> list[tuple[dict, float]]:
+        """Measures configs across the workers; returns (measurement, seconds) per config, in order."""
+        results: list = [None] * len(configs)
+        todo: queue.Queue = queue.Queue()
+        for i, c in enumerate(configs):
+            todo.put(i)
+        errors: list[BaseException] = []
+
+        def drain(worker: _Worker):
+            while not errors:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    results[i] = self._measure_one(worker, configs[i], best_ms)
+                except BaseException as e:  # noqa: BLE001 -- re-raised in the caller's thread.
+                    errors.append(e)
+
+        threads = [threading.Thread(target=drain, args=(w,)) for w in self._workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return results
+
+    @property
+    def restarts(self) -> int:
+        return sum(w.restarts for w in self._workers)
+
+    def close(self) -> None:
+        for w in self._workers:
+            if w.process is not None and w.process.poll() is None:
+                try:
+                    w.conn.send(("stop",))
+                    w.process.wait(5)
+                except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                    pass
+            self._kill(w)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def visible_devices() -> list[str]:
+    """One device string per visible GPU, or ["cpu"] when there is none (the interpreter)."""
+    try:
+        import torch
+
+        n = torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 -- no usable torch CUDA means no GPU.
+        n = 0
+    if n == 0:
+        return ["cpu"]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [s.strip() for s in visible.split(",")] if visible else [str(i) for i in range(n)]
+    return [f"cuda:{i}" for i in ids[:n]]
+
+
+@dataclass
+class BuiltinJob(Job):
+    """A built-in kernel on one problem: inputs drawn from `seed`, checked against its framework
+    reference. Holds only names and numbers, so it pickles without Triton objects; on a CPU device
+    the kernel runs in Triton's interpreter (set before the kernels are first imported)."""
+
+    kernel: str
+    shape: dict
+    dtype: str = "fp16"
+    seed: int = 0
+
+    def setup(self, device: str) -> Any:
+        if device == "cpu":
+            os.environ["TRITON_INTERPRET"] = "1"
+        from . import kernels
+
+        builtin = kernels.get(self.kernel)
+        inputs = builtin.make_inputs(self.shape, self.dtype, device, self.seed)
+        return builtin, inputs
+
+    def launch(self, state: Any, config: dict) -> None:
+        builtin, inputs = state
+        builtin.launch(inputs, config)
+
+    def outputs(self, state: Any) -> list:
+        builtin, inputs = state
+        return [builtin.output(inputs)]
+
+    def expected(self, state: Any) -> list | None:
+        builtin, inputs = state
+        return [builtin.reference(inputs)]

@@ -1,0 +1,87 @@
+"""Measuring workers: validation, timing, and surviving configs that crash or hang."""
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from dr_kernel.measure import BuiltinJob, Job, MeasurePool, MeasureSettings, WorkerError
+
+
+@dataclass
+class ToyJob(Job):
+    """Writes 2*x into y; config "mode" picks a behaviour: ok, wrong, partial, abort, hang, raise."""
+
+    n: int = 1000
+
+    def setup(self, device):
+        import torch
+
+        x = torch.randn(self.n, generator=torch.Generator().manual_seed(0))
+        return {"x": x, "y": torch.empty_like(x)}
+
+    def launch(self, state, config):
+        mode = config["mode"]
+        if mode == "abort":
+            os.abort()  # What an illegal address does to a CUDA process: it is gone.
+        if mode == "hang":
+            time.sleep(3600)
+        if mode == "raise":
+            raise RuntimeError("out of resource: shared memory, Required: 300000")
+        y = state["y"]
+        if mode == "partial":
+            y[: self.n // 2] = 2 * state["x"][: self.n // 2]  # Leaves half of the poisoned output.
+        else:
+            y.copy_(state["x"] * (2.0 if mode == "ok" else 2.1))
+        time.sleep(config.get("sleep", 0))
+
+    def outputs(self, state):
+        return [state["y"]]
+
+    def expected(self, state):
+        return [2 * state["x"]] if self.n != 999 else None
+
+
+def test_crashes_and_hangs_cost_one_config_not_the_session():
+    settings = MeasureSettings(reps=3, timeout_s=5)
+    configs = [{"mode": m} for m in ("ok", "abort", "ok", "hang", "wrong", "partial", "raise", "ok")]
+    with MeasurePool(ToyJob(), ["cpu"], settings) as pool:
+        results = pool.measure(configs)
+        assert pool.restarts == 2
+    statuses = [m["status"] for m, _ in results]
+    assert statuses == ["ok", "crashed", "ok", "crashed", "wrong", "wrong", "out_of_resources", "ok"]
+    assert "died" in results[1][0]["error"] and "hung" in results[3][0]["error"]
+    assert results[4][0]["relerr"] == pytest.approx(0.05, rel=1e-3)
+    assert math.isinf(results[5][0]["relerr"]) or math.isnan(results[5][0]["relerr"])
+    assert all(m["ms"] > 0 and m["reps"] == 3 for m, _ in results if m["status"] == "ok")
+
+
+def test_without_a_reference_the_first_valid_config_is_the_reference():
+    with MeasurePool(ToyJob(n=999), ["cpu"], MeasureSettings(reps=2)) as pool:
+        results = pool.measure([{"mode": "partial"}, {"mode": "ok"}, {"mode": "wrong"}, {"mode": "ok"}])
+    assert [m["status"] for m, _ in results] == ["wrong", "ok", "wrong", "ok"]
+
+
+def test_timing_stops_early_for_configs_slower_than_the_best():
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=10, min_reps=3, stop_factor=2.0)) as pool:
+        fast = pool.measure([{"mode": "ok"}])[0][0]
+        slow = pool.measure([{"mode": "ok", "sleep": 0.02}], best_ms=fast["ms"])[0][0]
+    assert fast["reps"] == 10
+    assert slow["reps"] == 3 and slow["ms"] > 20
+
+
+def test_a_job_that_cannot_set_up_is_one_clear_error():
+    # A softmax shape without its "cols" key: the worker's set-up raises, the parent says so.
+    with pytest.raises(WorkerError, match="could not set up"):
+        with MeasurePool(BuiltinJob("softmax", {"rows": 4}, "fp16"), ["cpu"]) as pool:
+            pool.measure([{"BLOCK": 256, "num_warps": 1, "num_stages": 1}])
+
+
+def test_builtin_softmax_in_the_interpreter_is_validated_against_torch():
+    configs = [{"BLOCK": b, "num_warps": 4, "num_stages": 1} for b in (256, 1024)]
+    with MeasurePool(BuiltinJob("softmax", {"rows": 4, "cols": 600}, "fp32"), ["cpu"], MeasureSettings(reps=2)) as pool:
+        results = pool.measure(configs)
+    for m, seconds in results:
+        assert m["status"] == "ok" and m["relerr"] < 1e-5 and seconds > 0
