@@ -17,3 +17,8 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 def bundled_tables() -> list[Path]:
     """Paths of every bundled recorded table, sorted by name."""
     return sorted(DATA_DIR.glob("*/*.jsonl"))
+
+
+from .decorator import optimize  # noqa: E402 -- the package's one public entry point.
+
+__all__ = ["DATA_DIR", "bundled_tables", "optimize"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import queue
 import socket
 import statistics
@@ -112,18 +113,27 @@ def measure_config(job: Job, state: Any, config: dict, reference: list | None, b
     has none)."""
     import torch
 
-    outs = job.outputs(state)
-    for t in outs:
-        _poison(t)
-    job.before_launch(state)
-    start = time.perf_counter()
-    try:
+    def validation_launch() -> list:
+        outs = job.outputs(state)
+        for t in outs:
+            _poison(t)
+        job.before_launch(state)
         job.launch(state, config)
         if timer.cuda:
             torch.cuda.synchronize()
+        return outs
+
+    start = time.perf_counter()
+    try:
+        outs = validation_launch()
+        if not outs:
+            # The job learns its outputs from its first launch; validate on poisoned ones now.
+            outs = validation_launch()
     except Exception as e:  # noqa: BLE001 -- any launch failure is this config's result.
         return _failure(e), None
     load_s = time.perf_counter() - start
+    if not outs:
+        return {"status": "wrong", "load_s": load_s, "error": "the launch wrote no tensor"}, None
 
     relerr = 0.0
     if reference is not None:
@@ -156,7 +166,7 @@ def _failure(e: BaseException) -> dict:
 def _child_entry(fd: int) -> None:
     """Entry point of a measuring process: its first message is (job, device, settings)."""
     conn = Connection(fd)
-    job, device, settings = conn.recv()
+    job, device, settings = pickle.loads(conn.recv_bytes())
     _worker_main(conn, job, device, settings)
 
 
@@ -225,7 +235,9 @@ class MeasurePool:
             pass_fds=(child.fileno(),), env=env)
         child.close()
         worker.conn = Connection(parent.detach())
-        worker.conn.send((self.job, device, self.settings))
+        # Plain pickle, not the connection's: torch registers reductions there that share tensors
+        # through multiprocessing's resource sharer, which a fresh interpreter is not part of.
+        worker.conn.send_bytes(pickle.dumps((self.job, device, self.settings)))
         kind, payload = self._receive(worker, self.settings.timeout_s + 120)
         if kind != "ready":
             self._kill(worker)

@@ -1,0 +1,33 @@
+"""A kernel tuned by the decorator tests, in a module so that measuring processes can import it.
+
+scale_kernel writes y = 2 * x. Its space holds configs that are slow (small blocks), wrong (STRIDE=2
+skips every other element) and fatal (WILD=1 loads from an address far outside any allocation,
+which kills the process running it, as an illegal address kills a CUDA context).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from dr_kernel import optimize
+
+SPACE = {"BLOCK": [32, 64, 128, 256], "STRIDE": [1, 2], "WILD": [0, 1], "num_warps": [1, 2]}
+
+
+@optimize(max_evals=12, key=["n"], space=SPACE, strategy="random", seed=3, isolate=True)
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, STRIDE: tl.constexpr, WILD: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK // STRIDE) * STRIDE
+    mask = offs < n
+    if WILD:
+        x = tl.load(x_ptr + offs + (1 << 44))
+    else:
+        x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, 2 * x, mask=mask)
+
+
+def run(n: int, seed: int = 0):
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed))
+    y = torch.empty_like(x)
+    scale_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)
+    return x, y

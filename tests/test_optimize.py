@@ -1,0 +1,46 @@
+"""The decorator's whole flow in Triton's interpreter: tune, store, reuse from another process,
+exclude wrong configs, survive crashing ones."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = r"""
+import json, sys
+from optimize_kernels import run, scale_kernel
+x, y = run(int(sys.argv[1]))
+history = [(c, m["status"]) for c, m, _ in scale_kernel.history]
+print(json.dumps({"evaluations": scale_kernel.evaluations, "correct": bool((y == 2 * x).all()),
+                  "best": scale_kernel.best_config.all_kwargs(), "history": history}))
+"""
+
+
+def run_script(tmp_path: Path, n: int) -> dict:
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(n)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_tunes_stores_and_reuses_from_another_process(tmp_path):
+    first = run_script(tmp_path, 1000)
+    assert first["evaluations"] == 12 and first["correct"]
+    statuses = dict((json.dumps(c, sort_keys=True), s) for c, s in first["history"])
+    for config, status in first["history"]:
+        if config["WILD"] == 1:
+            assert status == "crashed", (config, status)  # Survived: the session went on.
+        elif config["STRIDE"] == 2:
+            assert status == "wrong", (config, status)    # Excluded from winning.
+        else:
+            assert status == "ok", (config, status)
+    assert any(s == "crashed" for s in statuses.values()), "the seed should draw a fatal config"
+    assert first["best"]["WILD"] == 0 and first["best"]["STRIDE"] == 1
+
+    again = run_script(tmp_path, 1000)
+    assert again["evaluations"] == 0 and again["correct"] and again["best"] == first["best"]
+    # A new key tunes again.
+    other = run_script(tmp_path, 3000)
+    assert other["evaluations"] == 12 and other["correct"]
