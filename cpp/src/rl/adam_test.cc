@@ -1,8 +1,8 @@
 #include "dr_kernel/rl/adam.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 namespace dr_kernel::rl {
 namespace {

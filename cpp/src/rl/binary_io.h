@@ -66,8 +66,7 @@ class BinaryWriter {
 // (e.g. "an MLP") and the field being read.
 class BinaryReader {
  public:
-  BinaryReader(std::istream& in, const char (&magic)[8], std::string what)
-      : in_(in), what_(std::move(what)) {
+  BinaryReader(std::istream& in, const char (&magic)[8], std::string what) : in_(in), what_(std::move(what)) {
     char got[8];
     if (!in_.read(got, 8)) {
       Fail("the stream ended before the header; the file is empty or truncated");

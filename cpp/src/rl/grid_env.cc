@@ -51,7 +51,8 @@ EpisodeStep GridWalkEnv::Step(int action) {
   } else {
     const int d = action / 2, delta = action % 2 == 0 ? -1 : 1;
     const int next = position_[d] + delta;
-    if (next < 0 || next >= options_.size) throw std::invalid_argument("Grid walk move off the grid (masked).");
+    if (next < 0 || next >= options_.size)
+      throw std::invalid_argument("Grid walk move off the grid (masked).");
     position_[d] = next;
     if (steps_ >= options_.max_steps) {
       step.done = true;

@@ -32,9 +32,18 @@ constexpr double kCap = 20.0;
 constexpr double kMinusTwoOverLn2 = -2.8853900817779268;  // -2 / ln 2
 constexpr double kLn2 = 0.6931471805599453;
 constexpr double kRoundMagic = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer.
-constexpr double kTaylor[13] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,
-                                1.0 / 40320.0,     1.0 / 5040.0,     1.0 / 720.0,     1.0 / 120.0,
-                                1.0 / 24.0,        1.0 / 6.0,        0.5,             1.0,
+constexpr double kTaylor[13] = {1.0 / 479001600.0,
+                                1.0 / 39916800.0,
+                                1.0 / 3628800.0,
+                                1.0 / 362880.0,
+                                1.0 / 40320.0,
+                                1.0 / 5040.0,
+                                1.0 / 720.0,
+                                1.0 / 120.0,
+                                1.0 / 24.0,
+                                1.0 / 6.0,
+                                0.5,
+                                1.0,
                                 1.0};
 
 double ScalarTanh(double x) {

@@ -1,11 +1,11 @@
 #include "dr_kernel/rl/mlp.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "test_util.h"
 

@@ -46,7 +46,8 @@ Eigen::VectorXd Entropy(const Eigen::MatrixXd& log_probs) {
 }
 
 Eigen::MatrixXd LogProbGradient(const Eigen::MatrixXd& log_probs, const std::vector<int>& actions,
-                                const Eigen::VectorXd& action_weights, const Eigen::VectorXd& entropy_weights) {
+                                const Eigen::VectorXd& action_weights,
+                                const Eigen::VectorXd& entropy_weights) {
   const Eigen::Index n = log_probs.rows();
   if (static_cast<Eigen::Index>(actions.size()) != n || action_weights.size() != n ||
       entropy_weights.size() != n) {
@@ -111,11 +112,10 @@ ActorCritic::ActorCritic(int obs_size, int num_actions, const std::vector<int>& 
 
 ActorCritic::ActorCritic(Mlp actor, Mlp critic) : actor_(std::move(actor)), critic_(std::move(critic)) {
   if (actor_.input_size() != critic_.input_size() || critic_.output_size() != 1) {
-    throw std::invalid_argument("An actor-critic needs an actor and a critic of the same input size (got " +
-                                std::to_string(actor_.input_size()) + " and " +
-                                std::to_string(critic_.input_size()) +
-                                ") and a critic with one output (got " +
-                                std::to_string(critic_.output_size()) + ").");
+    throw std::invalid_argument(
+        "An actor-critic needs an actor and a critic of the same input size (got " +
+        std::to_string(actor_.input_size()) + " and " + std::to_string(critic_.input_size()) +
+        ") and a critic with one output (got " + std::to_string(critic_.output_size()) + ").");
   }
 }
 

@@ -1,11 +1,11 @@
 #include "dr_kernel/rl/policy.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "test_util.h"
 
@@ -77,7 +77,9 @@ TEST(MaskedSoftmaxTest, PolicyLossGradientMatchesFiniteDifferences) {
   EXPECT_LT(RelativeError(Eigen::Map<const Eigen::VectorXd>(grad.data(), grad.size()), numeric), 1e-6);
   for (Eigen::Index i = 0; i < n; ++i) {
     for (Eigen::Index j = 0; j < k; ++j) {
-      if (!mask(i, j)) EXPECT_EQ(grad(i, j), 0.0);
+      if (!mask(i, j)) {
+        EXPECT_EQ(grad(i, j), 0.0);
+      }
     }
   }
 }

@@ -106,7 +106,8 @@ void CheckBatch(const PpoBatch& batch, const ActorCritic& model) {
       batch.mask.cols() != model.num_actions() || static_cast<Eigen::Index>(batch.actions.size()) != n ||
       batch.old_log_probs.size() != n || batch.old_values.size() != n || batch.advantages.size() != n ||
       batch.returns.size() != n) {
-    throw std::invalid_argument("A PPO batch needs one row of every field per transition, shaped for the model.");
+    throw std::invalid_argument(
+        "A PPO batch needs one row of every field per transition, shaped for the model.");
   }
 }
 
@@ -124,15 +125,16 @@ Eigen::VectorXd GatherVector(const Eigen::VectorXd& v, const std::vector<Eigen::
 
 }  // namespace
 
-void ComputeGae(const Eigen::VectorXd& rewards, const Eigen::VectorXd& values, const std::vector<uint8_t>& dones,
-                const std::vector<uint8_t>& truncated, const Eigen::VectorXd& bootstrap_values,
-                const Eigen::VectorXd& last_values, int num_envs, double gamma, double lambda,
-                Eigen::VectorXd* advantages, Eigen::VectorXd* returns) {
+void ComputeGae(const Eigen::VectorXd& rewards, const Eigen::VectorXd& values,
+                const std::vector<uint8_t>& dones, const std::vector<uint8_t>& truncated,
+                const Eigen::VectorXd& bootstrap_values, const Eigen::VectorXd& last_values, int num_envs,
+                double gamma, double lambda, Eigen::VectorXd* advantages, Eigen::VectorXd* returns) {
   const Eigen::Index n = rewards.size();
-  if (num_envs <= 0 || n % num_envs != 0 || values.size() != n || static_cast<Eigen::Index>(dones.size()) != n ||
-      static_cast<Eigen::Index>(truncated.size()) != n || bootstrap_values.size() != n ||
-      last_values.size() != num_envs) {
-    throw std::invalid_argument("ComputeGae needs num_steps * num_envs transitions and num_envs last values.");
+  if (num_envs <= 0 || n % num_envs != 0 || values.size() != n ||
+      static_cast<Eigen::Index>(dones.size()) != n || static_cast<Eigen::Index>(truncated.size()) != n ||
+      bootstrap_values.size() != n || last_values.size() != num_envs) {
+    throw std::invalid_argument(
+        "ComputeGae needs num_steps * num_envs transitions and num_envs last values.");
   }
   advantages->resize(n);
   const Eigen::Index steps = n / num_envs;
@@ -159,7 +161,8 @@ void ComputeGae(const Eigen::VectorXd& rewards, const Eigen::VectorXd& values, c
 RolloutBuffer::RolloutBuffer(int num_steps, int num_envs, int obs_size, int num_actions)
     : num_steps_(num_steps), num_envs_(num_envs) {
   if (num_steps <= 0 || num_envs <= 0 || obs_size <= 0 || num_actions <= 0) {
-    throw std::invalid_argument("A rollout buffer needs positive steps, environments, observation size and actions.");
+    throw std::invalid_argument(
+        "A rollout buffer needs positive steps, environments, observation size and actions.");
   }
   const Eigen::Index n = size();
   obs_.resize(n, obs_size);
@@ -283,7 +286,8 @@ PpoStats PpoLearner::Update(const RolloutBuffer& buffer, Rng& rng) {
       const Eigen::Index shards = (count + kShardRows - 1) / kShardRows;
       const size_t workers = std::min<size_t>(workspaces.size(), static_cast<size_t>(shards));
       auto work = [&](size_t worker) {
-        for (Eigen::Index s = static_cast<Eigen::Index>(worker); s < shards; s += static_cast<Eigen::Index>(workers)) {
+        for (Eigen::Index s = static_cast<Eigen::Index>(worker); s < shards;
+             s += static_cast<Eigen::Index>(workers)) {
           actor_grads[s].setZero(actor.num_params());
           critic_grads[s].setZero(critic.num_params());
           const Eigen::Index begin = s * kShardRows, end = std::min(count, begin + kShardRows);
@@ -337,14 +341,16 @@ BcLoss BcLossAndGradient(const ActorCritic& model, const Demonstrations& batch, 
   }
   const double count = static_cast<double>(n);
   MlpCache actor_cache;
-  const Eigen::MatrixXd log_probs = MaskedLogSoftmax(model.actor().Forward(batch.obs, &actor_cache), batch.mask);
+  const Eigen::MatrixXd log_probs =
+      MaskedLogSoftmax(model.actor().Forward(batch.obs, &actor_cache), batch.mask);
   const Eigen::VectorXd entropy = Entropy(log_probs);
   const std::vector<int> greedy = GreedyActions(log_probs);
   BcLoss loss;
   for (Eigen::Index i = 0; i < n; ++i) {
     const int a = batch.actions[i];
     if (a < 0 || a >= model.num_actions() || batch.mask(i, a) == 0) {
-      throw std::invalid_argument("Demonstration row " + std::to_string(i) + " has action " + std::to_string(a) +
+      throw std::invalid_argument("Demonstration row " + std::to_string(i) + " has action " +
+                                  std::to_string(a) +
                                   ", which is out of range or masked out; fix the recorded history.");
     }
     loss.cross_entropy -= log_probs(i, a);
@@ -354,14 +360,16 @@ BcLoss BcLossAndGradient(const ActorCritic& model, const Demonstrations& batch, 
   loss.accuracy /= count;
   loss.entropy = entropy.mean();
   if (actor_grad != nullptr) {
-    model.actor().Backward(actor_cache,
-                           LogProbGradient(log_probs, batch.actions, Eigen::VectorXd::Constant(n, -1.0 / count),
-                                           Eigen::VectorXd::Constant(n, -config.entropy_coef / count)),
-                           actor_grad);
+    model.actor().Backward(
+        actor_cache,
+        LogProbGradient(log_probs, batch.actions, Eigen::VectorXd::Constant(n, -1.0 / count),
+                        Eigen::VectorXd::Constant(n, -config.entropy_coef / count)),
+        actor_grad);
   }
   if (batch.value_targets.size() == n) {
     MlpCache critic_cache;
-    const Eigen::VectorXd errors = model.critic().Forward(batch.obs, &critic_cache).col(0) - batch.value_targets;
+    const Eigen::VectorXd errors =
+        model.critic().Forward(batch.obs, &critic_cache).col(0) - batch.value_targets;
     loss.value = 0.5 * errors.squaredNorm() / count;
     if (critic_grad != nullptr) {
       model.critic().Backward(critic_cache, (config.value_coef / count) * errors, critic_grad);

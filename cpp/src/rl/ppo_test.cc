@@ -1,8 +1,8 @@
 #include "dr_kernel/rl/ppo.h"
 
-#include <cmath>
-
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "test_util.h"
 
@@ -50,9 +50,9 @@ TEST(GaeTest, HandComputedExample) {
                {truncated[2 * t], truncated[2 * t + 1]}, bootstrap.segment(2 * t, 2));
   }
   EXPECT_TRUE(buffer.full());
-  EXPECT_THROW(buffer.Add(Eigen::MatrixXd::Zero(2, 1), MaskMatrix::Ones(2, 2), {0, 0}, Eigen::VectorXd::Zero(2),
-                          Eigen::VectorXd::Zero(2), Eigen::VectorXd::Zero(2), {0, 0}, {0, 0},
-                          Eigen::VectorXd::Zero(2)),
+  EXPECT_THROW(buffer.Add(Eigen::MatrixXd::Zero(2, 1), MaskMatrix::Ones(2, 2), {0, 0},
+                          Eigen::VectorXd::Zero(2), Eigen::VectorXd::Zero(2), Eigen::VectorXd::Zero(2),
+                          {0, 0}, {0, 0}, Eigen::VectorXd::Zero(2)),
                std::logic_error);
   buffer.ComputeAdvantages(last, 0.9, 0.8);
   EXPECT_LT((buffer.advantages() - expected).cwiseAbs().maxCoeff(), 1e-12);
@@ -63,8 +63,8 @@ TEST(GaeTest, MonteCarloLimit) {
   const Eigen::VectorXd rewards = (Eigen::VectorXd(4) << 1, 2, 3, 4).finished();
   const Eigen::VectorXd values = (Eigen::VectorXd(4) << 0.1, 0.2, 0.3, 0.4).finished();
   Eigen::VectorXd advantages, returns;
-  ComputeGae(rewards, values, {0, 0, 0, 1}, {0, 0, 0, 0}, Eigen::VectorXd::Zero(4), Eigen::VectorXd::Constant(1, 7),
-             1, 1.0, 1.0, &advantages, &returns);
+  ComputeGae(rewards, values, {0, 0, 0, 1}, {0, 0, 0, 0}, Eigen::VectorXd::Zero(4),
+             Eigen::VectorXd::Constant(1, 7), 1, 1.0, 1.0, &advantages, &returns);
   EXPECT_LT((returns - (Eigen::VectorXd(4) << 10, 9, 7, 4).finished()).cwiseAbs().maxCoeff(), 1e-12);
 }
 
@@ -111,10 +111,12 @@ bool AwayFromKinks(const PpoFixture& f, double margin) {
   const Eigen::VectorXd v = f.model.Values(f.batch.obs);
   for (Eigen::Index i = 0; i < f.batch.obs.rows(); ++i) {
     const double r = std::exp(lp(i, f.batch.actions[i]) - f.batch.old_log_probs(i));
-    if (std::abs(r - (1 - f.config.clip)) < margin || std::abs(r - (1 + f.config.clip)) < margin) return false;
+    if (std::abs(r - (1 - f.config.clip)) < margin || std::abs(r - (1 + f.config.clip)) < margin)
+      return false;
     const double step = v(i) - f.batch.old_values(i);
     if (std::abs(std::abs(step) - f.config.value_clip) < margin) return false;
-    const double clipped = f.batch.old_values(i) + std::clamp(step, -f.config.value_clip, f.config.value_clip);
+    const double clipped =
+        f.batch.old_values(i) + std::clamp(step, -f.config.value_clip, f.config.value_clip);
     if (std::abs(std::abs(v(i) - f.batch.returns(i)) - std::abs(clipped - f.batch.returns(i))) < margin &&
         std::abs(step) > f.config.value_clip) {
       return false;
@@ -254,7 +256,9 @@ TEST(PpoUpdateTest, ResultsDoNotDependOnTheThreadCount) {
     all << model.actor().params(), model.critic().params();
     results.push_back(all);
   }
-  EXPECT_NE(results[0], (Eigen::VectorXd(results[0].size()) << start.actor().params(), start.critic().params()).finished());
+  EXPECT_NE(
+      results[0],
+      (Eigen::VectorXd(results[0].size()) << start.actor().params(), start.critic().params()).finished());
   EXPECT_EQ(results[0], results[1]);
   EXPECT_EQ(results[0], results[2]);
 }

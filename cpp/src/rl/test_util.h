@@ -2,10 +2,9 @@
 #ifndef DR_KERNEL_SRC_RL_TEST_UTIL_H_
 #define DR_KERNEL_SRC_RL_TEST_UTIL_H_
 
+#include <Eigen/Dense>
 #include <algorithm>
 #include <functional>
-
-#include <Eigen/Dense>
 
 #include "dr_kernel/rl/policy.h"
 #include "dr_kernel/rng.h"
@@ -13,8 +12,8 @@
 namespace dr_kernel::rl::testing {
 
 // The gradient of f at x by central differences with step h.
-inline Eigen::VectorXd NumericGradient(const std::function<double(const Eigen::VectorXd&)>& f, Eigen::VectorXd x,
-                                       double h = 1e-5) {
+inline Eigen::VectorXd NumericGradient(const std::function<double(const Eigen::VectorXd&)>& f,
+                                       Eigen::VectorXd x, double h = 1e-5) {
   Eigen::VectorXd grad(x.size());
   for (Eigen::Index i = 0; i < x.size(); ++i) {
     const double saved = x(i);

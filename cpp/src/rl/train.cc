@@ -73,7 +73,8 @@ TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint6
   const int64_t updates = std::max<int64_t>(1, (steps + per_update - 1) / per_update);
   for (int64_t u = 0; u < updates; ++u) {
     if (config.anneal_learning_rate) {
-      learner.set_learning_rate(config.learning_rate * (1.0 - static_cast<double>(u) / updates));
+      learner.set_learning_rate(config.learning_rate *
+                                (1.0 - static_cast<double>(u) / static_cast<double>(updates)));
     }
     buffer.Clear();
     double finished_return = 0;
@@ -121,9 +122,10 @@ TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint6
     result.episodes += finished;
     entry.steps = result.steps;
     entry.episodes = result.episodes;
-    entry.mean_return = finished > 0 ? finished_return / finished : std::numeric_limits<double>::quiet_NaN();
-    entry.mean_length = finished > 0 ? static_cast<double>(finished_length) / finished
-                                     : std::numeric_limits<double>::quiet_NaN();
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    entry.mean_return = finished > 0 ? finished_return / static_cast<double>(finished) : nan;
+    entry.mean_length =
+        finished > 0 ? static_cast<double>(finished_length) / static_cast<double>(finished) : nan;
     result.log.push_back(entry);
     if (on_update) on_update(entry);
   }

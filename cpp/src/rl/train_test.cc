@@ -1,10 +1,10 @@
 #include "dr_kernel/rl/train.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <memory>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "dr_kernel/rl/grid_env.h"
 

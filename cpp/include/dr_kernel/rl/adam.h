@@ -2,9 +2,8 @@
 #ifndef DR_KERNEL_RL_ADAM_H_
 #define DR_KERNEL_RL_ADAM_H_
 
-#include <cstdint>
-
 #include <Eigen/Dense>
+#include <cstdint>
 
 namespace dr_kernel::rl {
 

@@ -2,13 +2,12 @@
 #ifndef DR_KERNEL_RL_MLP_H_
 #define DR_KERNEL_RL_MLP_H_
 
+#include <Eigen/Dense>
 #include <istream>
 #include <ostream>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <Eigen/Dense>
 
 #include "dr_kernel/rng.h"
 

@@ -3,12 +3,11 @@
 #ifndef DR_KERNEL_RL_POLICY_H_
 #define DR_KERNEL_RL_POLICY_H_
 
+#include <Eigen/Dense>
 #include <cstdint>
 #include <istream>
 #include <ostream>
 #include <vector>
-
-#include <Eigen/Dense>
 
 #include "dr_kernel/rl/mlp.h"
 #include "dr_kernel/rng.h"
@@ -30,7 +29,8 @@ Eigen::VectorXd Entropy(const Eigen::MatrixXd& log_probs);
 // where log_probs = MaskedLogSoftmax(logits, mask). Zero at masked entries. Every loss of the
 // policy (PPO's surrogate, behaviour cloning's cross-entropy, entropy bonuses) is of this form.
 Eigen::MatrixXd LogProbGradient(const Eigen::MatrixXd& log_probs, const std::vector<int>& actions,
-                                const Eigen::VectorXd& action_weights, const Eigen::VectorXd& entropy_weights);
+                                const Eigen::VectorXd& action_weights,
+                                const Eigen::VectorXd& entropy_weights);
 
 // One action per row drawn from the row's distribution (exp of `log_probs`); an action whose
 // probability is zero (a masked one) is never drawn.

@@ -3,10 +3,9 @@
 #ifndef DR_KERNEL_RL_PPO_H_
 #define DR_KERNEL_RL_PPO_H_
 
+#include <Eigen/Dense>
 #include <cstdint>
 #include <vector>
-
-#include <Eigen/Dense>
 
 #include "dr_kernel/rl/adam.h"
 #include "dr_kernel/rl/policy.h"
@@ -61,10 +60,10 @@ struct PpoConfig {
 // observation the episode was cut at, which stands in for the missing future. last_values holds
 // the value of each environment's observation after the rollout's last step. Fills `advantages`
 // and `returns` (= advantages + values).
-void ComputeGae(const Eigen::VectorXd& rewards, const Eigen::VectorXd& values, const std::vector<uint8_t>& dones,
-                const std::vector<uint8_t>& truncated, const Eigen::VectorXd& bootstrap_values,
-                const Eigen::VectorXd& last_values, int num_envs, double gamma, double lambda,
-                Eigen::VectorXd* advantages, Eigen::VectorXd* returns);
+void ComputeGae(const Eigen::VectorXd& rewards, const Eigen::VectorXd& values,
+                const std::vector<uint8_t>& dones, const std::vector<uint8_t>& truncated,
+                const Eigen::VectorXd& bootstrap_values, const Eigen::VectorXd& last_values, int num_envs,
+                double gamma, double lambda, Eigen::VectorXd* advantages, Eigen::VectorXd* returns);
 
 // The transitions of one rollout of num_envs environments over num_steps lockstep steps.
 class RolloutBuffer {
@@ -195,12 +194,12 @@ struct BcLoss {
   double cross_entropy = 0;  // -log pi(expert action | obs)
   double value = 0;          // 0.5 * squared error against the targets; 0 without targets.
   double entropy = 0;
-  double accuracy = 0;       // Share of rows where the greedy action is the expert's.
+  double accuracy = 0;  // Share of rows where the greedy action is the expert's.
 };
 
 // The behaviour-cloning loss on `batch` and its gradients, ADDED to actor_grad and critic_grad
-// (critic_grad is untouched without value targets; null pointers skip the gradients). Throws std::invalid_argument when an expert
-// action is out of range or masked out.
+// (critic_grad is untouched without value targets; null pointers skip the gradients). Throws
+// std::invalid_argument when an expert action is out of range or masked out.
 BcLoss BcLossAndGradient(const ActorCritic& model, const Demonstrations& batch, const BcConfig& config,
                          Eigen::VectorXd* actor_grad, Eigen::VectorXd* critic_grad);
 

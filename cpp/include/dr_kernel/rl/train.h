@@ -51,8 +51,8 @@ struct EvalResult {
 // Runs `episodes` episodes of `env` (seeded from `seed`) with the policy's greedy action, or with
 // sampled actions when `greedy` is false; an episode still running after `max_steps` steps counts as
 // it stands.
-EvalResult Evaluate(EpisodeEnv& env, const ActorCritic& model, int episodes, uint64_t seed, bool greedy = true,
-                    int max_steps = 100000);
+EvalResult Evaluate(EpisodeEnv& env, const ActorCritic& model, int episodes, uint64_t seed,
+                    bool greedy = true, int max_steps = 100000);
 
 }  // namespace dr_kernel::rl
 
