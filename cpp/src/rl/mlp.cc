@@ -22,6 +22,7 @@ constexpr uint32_t kVersion = 1;
 // Refuse absurd headers before allocating for them (a corrupt file, not a real network).
 constexpr uint32_t kMaxLayers = 1024;
 constexpr uint64_t kMaxWidth = 1u << 24;
+constexpr uint64_t kMaxParams = 1u << 28;  // 2 GiB of doubles.
 
 // tanh(x) = sign(x) * -expm1(-2|x|) / (2 + expm1(-2|x|)), with expm1 computed as 2^k (1 + p(r)) - 1
 // after reducing -2|x| / ln 2 to k + r / ln 2, |r| <= ln(2) / 2, and p a degree-12 Taylor
@@ -230,7 +231,8 @@ void Mlp::Backward(const MlpCache& cache, const Eigen::MatrixXd& grad_output, Ei
     throw std::invalid_argument("The gradient vector has " + std::to_string(grad_params->size()) +
                                 " entries; the MLP has " + std::to_string(params_.size()) + " parameters.");
   }
-  if (grad_output.rows() != cache.output.rows() || grad_output.cols() != output_size()) {
+  if (static_cast<int>(cache.inputs.size()) != num_layers() || grad_output.rows() != cache.output.rows() ||
+      grad_output.cols() != output_size()) {
     throw std::invalid_argument("The output gradient's shape does not match the cached forward pass.");
   }
   Eigen::MatrixXd dz = grad_output, da;
@@ -282,12 +284,20 @@ Mlp Mlp::Load(std::istream& in) {
     }
     sizes.push_back(static_cast<int>(s));
   }
-  Mlp mlp(std::move(sizes));
   const uint64_t n = r.U64("the number of parameters");
-  if (n != static_cast<uint64_t>(mlp.num_params())) {
-    r.Fail("the header claims " + std::to_string(n) + " parameters but the layer sizes need " +
-           std::to_string(mlp.num_params()) + "; the file is corrupt");
+  uint64_t needed = 0;  // At most 1023 * (2^24 + 1) * 2^24: no overflow.
+  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+    needed += (static_cast<uint64_t>(sizes[l]) + 1) * static_cast<uint64_t>(sizes[l + 1]);
   }
+  if (n != needed) {
+    r.Fail("the header claims " + std::to_string(n) + " parameters but the layer sizes need " +
+           std::to_string(needed) + "; the file is corrupt");
+  }
+  if (n > kMaxParams) {
+    r.Fail("the header claims " + std::to_string(n) + " parameters, more than the " +
+           std::to_string(kMaxParams) + " this reader accepts; the file is corrupt");
+  }
+  Mlp mlp(std::move(sizes));
   for (Eigen::Index i = 0; i < mlp.params_.size(); ++i) mlp.params_[i] = r.F64("the parameters");
   r.Finish();
   return mlp;

@@ -173,6 +173,15 @@ TEST(MlpTest, LoadRejectsTruncatedAndForeignStreams) {
   corrupt[corrupt.size() - 20] ^= 0x01;  // A bit of the last parameter.
   std::istringstream corrupt_stream(corrupt);
   EXPECT_THROW(Mlp::Load(corrupt_stream), ModelFormatError);
+  std::string miscounted = bytes;
+  miscounted[8 + 4 + 4 + 3 * 8 + 5] = 0x7f;  // A huge parameter count (after magic, version, sizes).
+  std::istringstream miscounted_stream(miscounted);
+  try {
+    Mlp::Load(miscounted_stream);
+    FAIL() << "an inconsistent header loaded";
+  } catch (const ModelFormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos) << e.what();
+  }
   std::string newer = bytes;
   newer[8] = 9;  // The version field follows the 8-byte magic.
   std::istringstream newer_stream(newer);

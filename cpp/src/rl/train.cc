@@ -70,7 +70,7 @@ TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint6
   for (int e = 0; e < num_envs; ++e) CopyObservation(envs[e]->Reset(rng.Next()), obs_size, e, &obs);
 
   const int64_t per_update = static_cast<int64_t>(num_envs) * num_steps;
-  const int64_t updates = std::max<int64_t>(1, (steps + per_update - 1) / per_update);
+  const int64_t updates = (steps + per_update - 1) / per_update;
   for (int64_t u = 0; u < updates; ++u) {
     if (config.anneal_learning_rate) {
       learner.set_learning_rate(config.learning_rate *
@@ -134,19 +134,20 @@ TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint6
 
 EvalResult Evaluate(EpisodeEnv& env, const ActorCritic& model, int episodes, uint64_t seed, bool greedy,
                     int max_steps) {
-  Rng rng(seed);
+  // Episode seeds come from their own stream, so greedy and sampled runs play the same episodes.
+  Rng episode_rng(seed), action_rng(seed ^ 0x5bd1e9955bd1e995ULL);
   const int obs_size = env.observation_size(), num_actions = env.num_actions();
   Eigen::MatrixXd obs(1, obs_size);
   MaskMatrix mask(1, num_actions);
   EvalResult result;
   double total_length = 0;
   for (int i = 0; i < episodes; ++i) {
-    CopyObservation(env.Reset(rng.Next()), obs_size, 0, &obs);
+    CopyObservation(env.Reset(episode_rng.Next()), obs_size, 0, &obs);
     double episode_return = 0;
     int length = 0;
     while (length < max_steps) {
       CopyMask(env.Mask(), num_actions, 0, &mask);
-      const int action = greedy ? model.Greedy(obs, mask)[0] : model.Sample(obs, mask, rng).actions[0];
+      const int action = greedy ? model.Greedy(obs, mask)[0] : model.Sample(obs, mask, action_rng).actions[0];
       const EpisodeStep step = env.Step(action);
       episode_return += step.reward;
       ++length;

@@ -203,6 +203,11 @@ TEST(TrainTest, RejectsBadInputs) {
   Rng rng(1);
   const ActorCritic wrong(5, 7, {4}, rng);
   EXPECT_THROW(Train(env, SmallConfig(), 100, 1, &wrong), std::invalid_argument);
+  // Zero steps: no update, the initial model comes back as it was.
+  const ActorCritic start(env.observation_size(), env.num_actions(), {4}, rng);
+  const TrainResult none = Train(env, SmallConfig(), 0, 1, &start);
+  EXPECT_TRUE(none.log.empty());
+  EXPECT_EQ(AllParams(none.model), AllParams(start));
   PpoConfig config = SmallConfig();
   config.num_envs = 0;
   EXPECT_THROW(Train(env, config, 100, 1), std::invalid_argument);

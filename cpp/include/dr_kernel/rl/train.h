@@ -33,10 +33,10 @@ struct TrainResult {
 
 // Trains an actor-critic with PPO on config.num_envs instances of `env` (the env itself and
 // num_envs - 1 clones) that step in lockstep with one batched forward pass per step, for at least
-// `steps` environment steps (whole rollouts of num_envs * num_steps). Starts from `initial` (e.g. a
-// behaviour-cloned model) when given, else from a fresh network drawn from the seed. Everything
-// random (initial weights, episode seeds, actions, minibatch order) comes from `seed`: the same seed
-// gives the same parameters. `on_update`, when given, is called after every update.
+// `steps` environment steps (whole rollouts of num_envs * num_steps; none for 0). Starts from `initial` (e.g.
+// a behaviour-cloned model) when given, else from a fresh network drawn from the seed. Everything random
+// (initial weights, episode seeds, actions, minibatch order) comes from `seed`: the same seed gives the same
+// parameters. `on_update`, when given, is called after every update.
 TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint64_t seed,
                   const ActorCritic* initial = nullptr,
                   const std::function<void(const TrainLog&)>& on_update = nullptr);
@@ -48,9 +48,9 @@ struct EvalResult {
   std::vector<double> returns;
 };
 
-// Runs `episodes` episodes of `env` (seeded from `seed`) with the policy's greedy action, or with
-// sampled actions when `greedy` is false; an episode still running after `max_steps` steps counts as
-// it stands.
+// Runs `episodes` episodes of `env` with the policy's greedy action, or with sampled actions when
+// `greedy` is false; episode i starts from env.Reset(the i-th draw of Rng(seed)) either way. An
+// episode still running after `max_steps` steps counts as it stands.
 EvalResult Evaluate(EpisodeEnv& env, const ActorCritic& model, int episodes, uint64_t seed,
                     bool greedy = true, int max_steps = 100000);
 
