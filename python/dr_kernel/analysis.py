@@ -1,0 +1,341 @@
+"""Static analysis of a Triton kernel configuration, compiled for a GPU this machine need not have.
+
+analyse() compiles one configuration for the target device's architecture with triton.compile()
+and the ptxas that ships in Triton's wheel, then reads what the compiled binary will ask of the
+device: registers and spilled bytes per thread (from the cubin's resource table), shared memory
+per block (from Triton's metadata), threads per block. From those and the device's limits it
+decides whether the configuration can launch at all and what fraction of the SM's warp slots it
+can keep busy (theoretical occupancy). A tuner uses this to skip configurations that would fail
+at load time, and as features for its cost model, without spending GPU time on them.
+
+Facts about Triton 3.6.0 this module relies on, found by experiment:
+- triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32),
+  options={...}) needs no GPU. The signature maps every parameter name (constexprs included, as
+  "constexpr") to a type string; constexprs maps names to values; attrs maps (index,) tuples to
+  [["tt.divisibility", 16]] for the arguments a launch would find 16-divisible.
+- The returned CompiledKernel carries metadata.shared (dynamic shared memory in bytes) and the
+  IR text of every stage in .asm (ttir, ttgir, llir, ptx, cubin). Its n_regs and n_spills are
+  only set by _init_handles(), which loads the binary on a GPU; Triton runs ptxas with -v but
+  deletes the log. So registers and spills are read back from the cubin with the bundled
+  cuobjdump (-res-usage prints REG and STACK); Triton's loader reports n_spills as the stack
+  frame in 4-byte words (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES / 4), so the same division is done.
+- The cubin also declares 1 KB of static shared memory whenever a kernel uses shared memory at
+  all: that is the block's reserved system area on sm_90, already counted by the device limits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .kernels.base import COMPILE_OPTIONS, BuiltinKernel, dtype_name, python_function
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What one GPU model allows a kernel, for the checks and the occupancy computed here.
+
+    The defaults are those of the NVIDIA H200 (compute capability 9.0); the figures are CUDA's
+    occupancy-calculator values for sm_90.
+    """
+
+    name: str = "NVIDIA H200"
+    arch: int = 90
+    sm_count: int = 132
+    warp_size: int = 32
+    registers_per_sm: int = 65536
+    max_registers_per_thread: int = 255
+    # Registers are handed to warps in units of 256 (8 per thread of a 32-thread warp).
+    register_allocation_unit: int = 256
+    shared_per_sm: int = 233472
+    shared_per_block: int = 232448
+    # Every resident block costs 1 KB of shared memory that the system reserves for itself.
+    reserved_shared_per_block: int = 1024
+    shared_allocation_unit: int = 128
+    max_threads_per_sm: int = 2048
+    max_threads_per_block: int = 1024
+    max_blocks_per_sm: int = 32
+    max_warps_per_sm: int = 64
+
+    def target(self):
+        """Returns the Triton compile target for this device."""
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", self.arch, self.warp_size)
+
+
+H200 = DeviceLimits()
+
+
+@dataclass
+class StaticReport:
+    """What compiling one configuration revealed, before any launch.
+
+    `valid` is False when the configuration cannot run on the device (too much shared memory,
+    too many threads or registers per block) or did not compile; `reason` then says why in one
+    sentence. `occupancy` is the theoretical fraction of the SM's warp slots the kernel can fill
+    (active_warps / max_warps_per_sm) and `limiter` names the resource that bounds it.
+    `binary_hash` identifies the compiled binary together with the launch settings it needs, so
+    that configurations that compile to the same kernel can be measured once.
+    """
+
+    kernel: str
+    config: dict[str, Any]
+    shape: dict[str, Any] | None = None
+    dtype: str | None = None
+    valid: bool = False
+    reason: str = ""
+    n_regs: int | None = None
+    n_spills: int | None = None
+    shared: int | None = None
+    threads: int | None = None
+    blocks_per_sm: int | None = None
+    active_warps: int | None = None
+    occupancy: float | None = None
+    limiter: str | None = None
+    compile_s: float | None = None
+    cache_hit: bool | None = None
+    binary_hash: str | None = None
+    ttgir: str | None = field(default=None, repr=False)
+
+    def to_dict(self, with_ir: bool = False) -> dict[str, Any]:
+        """Returns the report as plain data; the IR text is left out unless asked for."""
+        data = asdict(self)
+        if not with_ir:
+            data.pop("ttgir")
+        return data
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """How many blocks of a kernel one SM holds at once, and which resource stops it holding more."""
+
+    blocks_per_sm: int
+    active_warps: int
+    occupancy: float
+    limiter: str
+
+
+def occupancy(n_regs: int, shared: int, num_warps: int, device: DeviceLimits = H200) -> Occupancy:
+    """Returns the theoretical occupancy of a kernel with `n_regs` registers per thread, `shared`
+    bytes of dynamic shared memory per block and `num_warps` warps per block on `device`.
+
+    Each resource gives the most blocks it lets one SM hold; the smallest wins. Registers are
+    allocated per warp, rounded up to the allocation unit; shared memory per block is the dynamic
+    amount plus the reserved 1 KB, rounded up to the allocation unit.
+    """
+    limits = {"blocks": device.max_blocks_per_sm,
+              "threads": device.max_threads_per_sm // (num_warps * device.warp_size)}
+    if n_regs > 0:
+        unit = device.register_allocation_unit
+        registers_per_warp = -(-n_regs * device.warp_size // unit) * unit
+        limits["registers"] = (device.registers_per_sm // registers_per_warp) // num_warps
+    unit = device.shared_allocation_unit
+    shared_per_block = -(-(shared + device.reserved_shared_per_block) // unit) * unit
+    limits["shared memory"] = device.shared_per_sm // shared_per_block
+    # The first resource in this order wins ties, so that the limiter named is the one a user
+    # can act on (registers and shared memory before the fixed per-SM counts).
+    order = ["registers", "shared memory", "threads", "blocks"]
+    limiter = min((name for name in order if name in limits), key=lambda name: limits[name])
+    blocks = max(0, limits[limiter])
+    warps = blocks * num_warps
+    return Occupancy(blocks, warps, warps / device.max_warps_per_sm, limiter)
+
+
+def launch_problem(n_regs: int, shared: int, num_warps: int, device: DeviceLimits = H200) -> str:
+    """Returns why a block with these resources cannot launch on `device`, or "" if it can."""
+    threads = num_warps * device.warp_size
+    if shared > device.shared_per_block:
+        return (f"needs {shared} B of shared memory; the {device.name} allows {device.shared_per_block} B "
+                "per block: lower num_stages or the block sizes.")
+    if threads > device.max_threads_per_block:
+        return (f"needs {threads} threads per block; the {device.name} allows "
+                f"{device.max_threads_per_block}: lower num_warps.")
+    unit = device.register_allocation_unit
+    registers = -(-n_regs * device.warp_size // unit) * unit * num_warps
+    if registers > device.registers_per_sm:
+        return (f"needs {registers} registers per block ({n_regs} per thread); the {device.name} has "
+                f"{device.registers_per_sm} per SM: lower num_warps or the block sizes.")
+    return ""
+
+
+# ----- reading the compiled binary -------------------------------------------------------------
+
+_RESOURCE_LINE = re.compile(r"REG:(\d+)\s+STACK:(\d+)")
+_PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
+_PTXAS_STACK = re.compile(r"(\d+) bytes stack frame")
+
+
+def _tool_path(name: str) -> str:
+    from triton import knobs
+
+    return getattr(knobs.nvidia, name).path
+
+
+def binary_resources(cubin: bytes, ptx: str | None = None, device: DeviceLimits = H200) -> tuple[int, int]:
+    """Returns (registers per thread, spilled 4-byte words per thread) of a compiled kernel.
+
+    The bundled cuobjdump reads them from the cubin in milliseconds; if it is missing or fails,
+    the PTX is assembled again with ptxas -v, which costs as much as the first assembly did.
+    """
+    with tempfile.TemporaryDirectory(prefix="dr_kernel_") as folder:
+        path = os.path.join(folder, "kernel.cubin")
+        with open(path, "wb") as handle:
+            handle.write(cubin)
+        with contextlib.suppress(OSError, subprocess.SubprocessError, RuntimeError):
+            result = subprocess.run([_tool_path("cuobjdump"), "-res-usage", path], capture_output=True,
+                                    text=True, timeout=60)
+            match = _RESOURCE_LINE.search(result.stdout)
+            if result.returncode == 0 and match:
+                return int(match.group(1)), int(match.group(2)) // 4
+        if ptx is None:
+            raise RuntimeError("cuobjdump could not read the cubin's resource usage and no PTX was given.")
+        ptx_path = os.path.join(folder, "kernel.ptx")
+        with open(ptx_path, "w") as handle:
+            handle.write(ptx)
+        suffix = "a" if device.arch >= 90 else ""
+        result = subprocess.run([_tool_path("ptxas"), "-v", f"--gpu-name=sm_{device.arch}{suffix}", ptx_path,
+                                 "-o", os.path.join(folder, "again.cubin")], capture_output=True, text=True)
+        registers, stack = _PTXAS_REGISTERS.search(result.stderr), _PTXAS_STACK.search(result.stderr)
+        if result.returncode != 0 or registers is None:
+            raise RuntimeError(f"ptxas -v failed: {result.stderr.strip()[-500:]}")
+        return int(registers.group(1)), (int(stack.group(1)) if stack else 0) // 4
+
+
+def binary_hash(cubin: bytes, shared: int, num_warps: int, num_ctas: int = 1) -> str:
+    """Returns a hash that is equal for two compiled kernels exactly when launching them is the
+    same thing: the same machine code with the same dynamic shared memory and block size. The
+    cubin already encodes the block size (.reqntid) but not the shared memory a launch requests,
+    so that is hashed with it."""
+    digest = hashlib.sha256(cubin)
+    digest.update(f"|shared={shared}|warps={num_warps}|ctas={num_ctas}".encode())
+    return digest.hexdigest()[:32]
+
+
+# ----- compiling -------------------------------------------------------------------------------
+
+def _as_compilable(fn: Any) -> Any:
+    # A kernel decorated while TRITON_INTERPRET=1 is an InterpretedFunction, which triton.compile
+    # cannot take; wrapping its Python function in a JITFunction gives the same kernel compiled.
+    from triton.runtime.jit import JITFunction
+
+    return fn if isinstance(fn, JITFunction) else JITFunction(python_function(fn))
+
+
+def _error_summary(error: BaseException, limit: int = 600) -> str:
+    # Compiler errors carry the whole kernel source and ptxas errors the whole PTX; the first
+    # lines that name the failure are what a user needs, the rest only buries them.
+    text = " ".join(str(error).split())
+    if len(text) > limit:
+        text = text[:limit] + " …"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class _CacheWatch:
+    """Learns from Triton's compilation listener whether a compile was served from its disk cache."""
+
+    def __init__(self) -> None:
+        self.cache_hit: bool | None = None
+
+    def __call__(self, *, cache_hit: bool, **_: Any) -> None:
+        self.cache_hit = cache_hit
+
+
+def compile_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str, Any],
+                   attrs: Mapping | None, options: Mapping[str, Any], device: DeviceLimits = H200):
+    """Compiles a @triton.jit function for `device` and returns (CompiledKernel, cache_hit).
+
+    Triton prints the whole PTX to stdout when ptxas fails; that print is swallowed here because
+    the exception carries the message and a pool of workers would otherwise flood the terminal.
+    """
+    import triton
+    from triton import knobs
+    from triton.compiler import ASTSource
+
+    source = ASTSource(fn=_as_compilable(fn), signature=dict(signature), constexprs=dict(constexprs),
+                       attrs=dict(attrs or {}))
+    watch, previous = _CacheWatch(), knobs.compilation.listener
+    knobs.compilation.listener = watch
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            compiled = triton.compile(source, target=device.target(), options=dict(options))
+    finally:
+        knobs.compilation.listener = previous
+    return compiled, watch.cache_hit
+
+
+def analyse(kernel: BuiltinKernel | tuple, shape: Mapping[str, Any] | None = None, dtype: Any = "fp16",
+            config: Mapping[str, Any] | None = None, device: DeviceLimits = H200) -> StaticReport:
+    """Compiles one configuration for `device` without a GPU and returns what it asks of the device.
+
+    `kernel` is a BuiltinKernel (then `shape`, `dtype` and `config` describe the problem and the
+    configuration) or a tuple (fn, signature, constexprs) or (fn, signature, constexprs, attrs)
+    for any @triton.jit function (then the kernel parameters in `config` are added to the
+    constexprs, and its num_warps/num_stages are the compile options). A configuration that does
+    not compile, or that compiles but cannot launch, gives valid=False with the reason; compile
+    problems never raise. Malformed requests (unknown config keys, wrong shape keys, an unknown
+    dtype) raise ValueError naming the input, because they are mistakes rather than findings.
+    """
+    config = dict(config or {})
+    if isinstance(kernel, BuiltinKernel):
+        name = kernel.name
+        config = kernel.check_config(config)
+        shape = kernel.check_shape(shape or {})
+        dtype = dtype_name(dtype)
+        fn = kernel.fn
+        signature, constexprs, attrs = kernel.compile_source(shape, dtype, config)
+    elif isinstance(kernel, tuple) and len(kernel) in (3, 4):
+        fn, signature, constexprs = kernel[:3]
+        attrs = kernel[3] if len(kernel) == 4 else {}
+        name = python_function(fn).__name__
+        constexprs = dict(constexprs)
+        signature = dict(signature)
+        for key, value in config.items():
+            if key not in COMPILE_OPTIONS:
+                constexprs[key] = value
+                signature.setdefault(key, "constexpr")
+    else:
+        raise TypeError(f"kernel {kernel!r} is neither a BuiltinKernel nor a tuple "
+                        "(fn, signature, constexprs); pass one of those.")
+    options = {k: config[k] for k in COMPILE_OPTIONS if k in config}
+    report = StaticReport(kernel=name, config=config, shape=dict(shape) if shape else None,
+                          dtype=dtype if isinstance(dtype, str) else None)
+
+    start = time.perf_counter()
+    try:
+        compiled, report.cache_hit = compile_kernel(fn, signature, constexprs, attrs, options, device)
+    except Exception as error:  # noqa: BLE001 - every compiler failure is a finding, not a crash.
+        report.compile_s = time.perf_counter() - start
+        report.reason = f"did not compile: {_error_summary(error)}"
+        return report
+    report.compile_s = time.perf_counter() - start
+
+    metadata = compiled.metadata
+    report.shared = int(metadata.shared or 0)
+    num_warps = int(metadata.num_warps)
+    report.threads = num_warps * device.warp_size
+    report.ttgir = compiled.asm.get("ttgir")
+    report.binary_hash = binary_hash(compiled.kernel, report.shared, num_warps, int(metadata.num_ctas))
+    try:
+        report.n_regs, report.n_spills = binary_resources(compiled.kernel, compiled.asm.get("ptx"), device)
+    except Exception as error:  # noqa: BLE001 - an unreadable binary is reported, not raised.
+        report.reason = f"compiled, but its resource usage could not be read: {_error_summary(error)}"
+        return report
+
+    fit = occupancy(report.n_regs, report.shared, num_warps, device)
+    report.blocks_per_sm, report.active_warps = fit.blocks_per_sm, fit.active_warps
+    report.occupancy, report.limiter = fit.occupancy, fit.limiter
+    report.reason = launch_problem(report.n_regs, report.shared, num_warps, device)
+    report.valid = report.reason == "" and fit.blocks_per_sm > 0
+    if report.valid is False and not report.reason:
+        report.reason = f"no block fits on one SM of the {device.name}: lower the block sizes or num_warps."
+    return report

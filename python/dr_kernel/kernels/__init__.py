@@ -1,0 +1,50 @@
+"""The built-in Triton kernels the tuner knows how to run, check and compile.
+
+Each family is one module holding its @triton.jit function and one BuiltinKernel describing it;
+this package collects them in BUILTINS. matmul, softmax and attention are the kernels of the
+recorded tables in data/h200/ (same parameter names, same code for fp16); rmsnorm is new.
+
+Whether the functions run compiled or in Triton's interpreter is decided when this package is
+first imported, because triton.jit reads TRITON_INTERPRET at decoration time: set the variable
+before importing dr_kernel.kernels to run them on CPU tensors.
+"""
+
+from __future__ import annotations
+
+from .attention import KERNEL as _attention
+from .base import (
+    COMPILE_OPTIONS,
+    ELEMENT_BYTES,
+    BuiltinKernel,
+    Config,
+    Pointer,
+    Shape,
+    dtype_name,
+    specialise,
+    torch_dtype,
+)
+from .matmul import KERNEL as _matmul
+from .rmsnorm import KERNEL as _rmsnorm
+from .softmax import KERNEL as _softmax
+
+BUILTINS: dict[str, BuiltinKernel] = {k.name: k for k in (_matmul, _softmax, _attention, _rmsnorm)}
+
+
+class UnknownKernelError(KeyError):
+    """Raised for a kernel name that is not in BUILTINS; prints its message without KeyError's quotes."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def get(name: str) -> BuiltinKernel:
+    """Returns the built-in kernel called `name`, or raises UnknownKernelError listing the names."""
+    try:
+        return BUILTINS[name]
+    except KeyError:
+        raise UnknownKernelError(f"there is no built-in kernel named {name!r}; "
+                                 f"use one of {', '.join(sorted(BUILTINS))}.") from None
+
+
+__all__ = ["BUILTINS", "COMPILE_OPTIONS", "ELEMENT_BYTES", "BuiltinKernel", "Config", "Pointer", "Shape",
+           "UnknownKernelError", "dtype_name", "get", "specialise", "torch_dtype"]

@@ -1,0 +1,268 @@
+"""The description every built-in kernel shares: its search space, its problems and how to run it.
+
+A built-in kernel is one object that knows everything the tuner needs about one Triton kernel
+family: the @triton.jit function, the space of configurations worth searching, the problems
+(shapes) it was recorded on, how to build inputs, launch it, check it against a framework
+reference, count its work, and how to describe its arguments to the compiler when no GPU is
+present. This module holds that object and the helpers the families share; the families live in
+one module each beside it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# A configuration maps each parameter of a space to one value; a shape maps each key argument of
+# a problem (sizes and flags) to its value. Both are plain dicts so that they cross into C++, JSON
+# and worker processes unchanged.
+Config = dict[str, Any]
+Shape = dict[str, Any]
+
+# The compiler options a configuration may carry next to the kernel's own constexpr parameters.
+# They are passed to triton.compile() as options instead of as arguments of the kernel.
+COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+# Canonical names of the element types the built-in kernels support, with their sizes in bytes.
+# The names are Triton's, so that a pointer's compile signature is simply "*" + name.
+ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+_DTYPE_ALIASES = {
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
+}
+
+
+def dtype_name(dtype: Any) -> str:
+    """Returns the canonical name ("fp16", "bf16" or "fp32") of a torch dtype or a dtype string."""
+    name = _DTYPE_ALIASES.get(str(dtype).lower())
+    if name is None:
+        raise ValueError(
+            f"dtype {dtype!r} is not supported by the built-in kernels; use one of fp16, bf16, fp32.")
+    return name
+
+
+def torch_dtype(dtype: Any):
+    """Returns the torch dtype for a dtype name; torch is imported here, on first use, because the
+    compile workers never need it and it costs a second or two to import."""
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name(dtype)]
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """Stands in for a tensor argument when a kernel is compiled without a GPU: the compiler needs
+    only the element type and the knowledge that the address is 16-byte aligned, which every
+    allocation of PyTorch's caching allocator is."""
+
+    dtype: str
+    aligned: bool = True
+
+
+def _is_constexpr(param: inspect.Parameter) -> bool:
+    # Triton recognises constexpr parameters by their annotation, whether it is the tl.constexpr
+    # class itself or a string naming it (as under `from __future__ import annotations`).
+    annotation = param.annotation
+    if annotation is inspect.Parameter.empty:
+        return False
+    return "constexpr" in (annotation if isinstance(annotation, str) else getattr(annotation, "__name__", ""))
+
+
+def python_function(fn: Any) -> Callable:
+    """Returns the plain Python function behind a @triton.jit function, interpreted or compiled."""
+    return getattr(fn, "fn", fn)
+
+
+def specialise(fn: Any, arguments: Mapping[str, Any]) -> tuple[dict, dict, dict]:
+    """Describes a launch to the compiler the way Triton's launcher would: returns the signature,
+    the constexpr values and the attributes that triton.compile() takes for these argument values.
+
+    The rules mirror what Triton 3.6's JIT does at launch, so that a kernel compiled here is the
+    kernel a launch would compile: an integer equal to 1 becomes the constant 1, an integer
+    divisible by 16 and an aligned pointer are marked divisible by 16 (which lets the compiler
+    vectorise loads), integers are i32 when they fit and i64 otherwise, floats are fp32. Arguments
+    named in the kernel's do_not_specialize lists are left general, as the JIT leaves them.
+    """
+    parameters = list(inspect.signature(python_function(fn)).parameters.values())
+    not_specialised = set(getattr(fn, "do_not_specialize", ()) or ())
+    not_aligned = set(getattr(fn, "do_not_specialize_on_alignment", ()) or ())
+    missing = [p.name for p in parameters if p.name not in arguments and p.default is inspect.Parameter.empty]
+    if missing:
+        raise ValueError(f"arguments for {python_function(fn).__name__} lack {', '.join(missing)}; "
+                         "give a value for every parameter of the kernel.")
+    signature, constexprs, attrs = {}, {}, {}
+    for index, param in enumerate(parameters):
+        value = arguments.get(param.name, param.default)
+        specialise_value = index not in not_specialised and param.name not in not_specialised
+        check_alignment = specialise_value and index not in not_aligned and param.name not in not_aligned
+        if _is_constexpr(param):
+            signature[param.name] = "constexpr"
+            constexprs[param.name] = value
+        elif isinstance(value, Pointer):
+            signature[param.name] = "*" + value.dtype
+            if value.aligned and check_alignment:
+                attrs[(index,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, bool):
+            signature[param.name] = "u1"
+        elif isinstance(value, int):
+            if value == 1 and specialise_value:
+                signature[param.name] = "constexpr"
+                constexprs[param.name] = 1
+                continue
+            if -2**31 <= value < 2**31:
+                signature[param.name] = "i32"
+            elif value >= 2**63:
+                signature[param.name] = "u64"
+            else:
+                signature[param.name] = "i64"
+            if value % 16 == 0 and check_alignment:
+                attrs[(index,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, float):
+            signature[param.name] = "fp32"
+        else:
+            raise TypeError(f"argument {param.name}={value!r} cannot be described to the compiler; "
+                            "pass a Pointer, an int, a float or a bool.")
+    return signature, constexprs, attrs
+
+
+def cdiv(a: int, b: int) -> int:
+    """Returns the ceiling of a / b for positive integers, as tl.cdiv does."""
+    return -(-a // b)
+
+
+@dataclass
+class BuiltinKernel:
+    """One built-in Triton kernel family with everything needed to tune it.
+
+    `space` maps each tunable parameter to its ordered list of values (kernel constexprs and the
+    compiler options num_warps and num_stages alike); `constraints` are Python expressions over
+    those names that every configuration must satisfy. `shapes` are the problems the family was
+    recorded on, in the recorded tables' key order. The callables take plain shapes, dtypes and
+    configurations, so a worker process can use them without anything else from the tuner.
+    """
+
+    name: str
+    family: str
+    fn: Any
+    space: dict[str, list]
+    shape_keys: tuple[str, ...]
+    shapes: list[Shape]
+    # Returns the kernel's arguments for compiling without a GPU: Pointer placeholders for tensors,
+    # Python numbers for scalars and the configuration's values for constexprs.
+    arguments: Callable[[Shape, str, Config], dict[str, Any]]
+    _make_inputs: Callable[[Shape, Any, Any, int], dict[str, Any]]
+    _launch: Callable[[Any, dict[str, Any], Config], Any]
+    _reference: Callable[[dict[str, Any]], Any]
+    output_name: str
+    _flops: Callable[[Shape], int]
+    _bytes: Callable[[Shape, int], int]
+    constraints: list[str] = field(default_factory=list)
+    reference_name: str = ""
+    description: str = ""
+
+    # ----- search space -------------------------------------------------------------------------
+
+    def check_config(self, config: Mapping[str, Any]) -> Config:
+        """Returns the configuration as a plain dict, or raises ValueError naming what is wrong."""
+        missing = [p for p in self.space if p not in config]
+        unknown = [p for p in config if p not in self.space and p not in COMPILE_OPTIONS]
+        if missing or unknown:
+            problem = (f"lacks {', '.join(missing)}" if missing else f"has unknown {', '.join(unknown)}")
+            raise ValueError(f"config {dict(config)} for kernel '{self.name}' {problem}; "
+                             f"give exactly the parameters {', '.join(self.space)}.")
+        return dict(config)
+
+    def satisfies(self, config: Mapping[str, Any]) -> bool:
+        """Returns whether a configuration meets every constraint of the space."""
+        names = dict(config)
+        return all(eval(c, {"__builtins__": {}}, names) for c in self.constraints)  # noqa: S307
+
+    def configs(self) -> Iterator[Config]:
+        """Yields every configuration of the space that meets the constraints, in the order of the
+        space's value lists (the last parameter varies fastest)."""
+        names = list(self.space)
+        for values in itertools.product(*(self.space[n] for n in names)):
+            config = dict(zip(names, values, strict=True))
+            if self.satisfies(config):
+                yield config
+
+    # ----- problems ------------------------------------------------------------------------------
+
+    def check_shape(self, shape: Mapping[str, Any]) -> Shape:
+        """Returns the shape as a plain dict in key order, or raises ValueError naming the problem."""
+        missing = [k for k in self.shape_keys if k not in shape]
+        unknown = [k for k in shape if k not in self.shape_keys]
+        if missing or unknown:
+            problem = (f"lacks {', '.join(missing)}" if missing else f"has unknown {', '.join(unknown)}")
+            raise ValueError(f"shape {dict(shape)} for kernel '{self.name}' {problem}; "
+                             f"give exactly the keys {', '.join(self.shape_keys)}.")
+        return {k: shape[k] for k in self.shape_keys}
+
+    def flops(self, shape: Mapping[str, Any]) -> int:
+        """Returns the floating-point operations one launch performs on this problem."""
+        return self._flops(self.check_shape(shape))
+
+    def bytes(self, shape: Mapping[str, Any], dtype: Any = "fp16") -> int:
+        """Returns the minimum bytes one launch must move between the GPU and its memory."""
+        return self._bytes(self.check_shape(shape), ELEMENT_BYTES[dtype_name(dtype)])
+
+    # ----- running -------------------------------------------------------------------------------
+
+    def make_inputs(self, shape: Mapping[str, Any], dtype: Any = "fp16", device: Any = "cuda",
+                    seed: int = 0) -> dict[str, Any]:
+        """Returns the problem's tensors (random normal inputs and an uninitialised output) and the
+        scalars a launch needs, drawn from a generator seeded with `seed`."""
+        return self._make_inputs(self.check_shape(shape), torch_dtype(dtype), device, seed)
+
+    def launch(self, inputs: dict[str, Any], config: Mapping[str, Any]) -> Any:
+        """Launches the kernel once on `inputs` with `config`, including num_warps and num_stages."""
+        return self._launch(self.fn, inputs, self.check_config(config))
+
+    def reference(self, inputs: dict[str, Any]) -> Any:
+        """Returns the framework's result for `inputs`, computed in fp32 and cast to the output's
+        dtype, to compare the kernel's output against."""
+        return self._reference(inputs)
+
+    def output(self, inputs: dict[str, Any]) -> Any:
+        """Returns the tensor the kernel writes, to poison before a launch and check after it."""
+        return inputs[self.output_name]
+
+    # ----- compiling without a GPU ---------------------------------------------------------------
+
+    def compile_source(self, shape: Mapping[str, Any], dtype: Any, config: Mapping[str, Any]
+                       ) -> tuple[dict, dict, dict]:
+        """Returns (signature, constexprs, attrs) for triton.compiler.ASTSource for this problem
+        and configuration, as a launch on contiguous tensors would specialise them."""
+        config = self.check_config(config)
+        kernel_config = {k: v for k, v in config.items() if k not in COMPILE_OPTIONS}
+        return specialise(self.fn, self.arguments(self.check_shape(shape), dtype_name(dtype), kernel_config))
+
+    def signature(self, shape: Mapping[str, Any], dtype: Any = "fp16") -> dict[str, str]:
+        """Returns the compile signature (parameter name to Triton type or "constexpr")."""
+        shape = self.check_shape(shape)
+        placeholders = {p: None for p in self.space if p not in COMPILE_OPTIONS}
+        return specialise(self.fn, self.arguments(shape, dtype_name(dtype), placeholders))[0]
+
+    def constexprs(self, shape: Mapping[str, Any], config: Mapping[str, Any], dtype: Any = "fp16"
+                   ) -> dict[str, Any]:
+        """Returns the values of the compile-time constants: the configuration's kernel parameters,
+        the problem's constexpr flags and sizes, and the scalar arguments equal to 1."""
+        return self.compile_source(shape, dtype, config)[1]
+
+    def __reduce__(self):
+        # A built-in kernel travels to worker processes by name: its @triton.jit function holds
+        # caches that do not pickle, and the worker's registry has the same object anyway.
+        from . import get
+
+        return (get, (self.name,))
+
+
+def geometric(lo: int, hi: int) -> list[int]:
+    """Returns the powers of two from lo to hi inclusive."""
+    return [2**e for e in range(int(math.log2(lo)), int(math.log2(hi)) + 1)]

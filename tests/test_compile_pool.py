@@ -1,0 +1,131 @@
+"""Tests of the compile pool: deadlines that kill stuck workers, lost workers, and binary groups.
+
+Most tests inject their own task, a module-level function of this file that the spawned workers
+import, so that they control exactly how long a "compile" takes or how it fails. One test times
+out a real compile: a matmul tile that makes ptxas spill for minutes, in an empty Triton cache.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from dr_kernel.analysis import StaticReport
+from dr_kernel.compile_pool import CompilePool, CompileRequest, function_reference, group_by_binary
+
+
+def pretend_compile(request: CompileRequest) -> StaticReport:
+    """A task that behaves as the request's config tells it: sleep, crash, raise, or start a child."""
+    config = request.config
+    if "child_pid_file" in config:
+        # Stands in for ptxas: a child process that outlives any sensible deadline.
+        child = subprocess.Popen(["sleep", "120"])
+        Path(config["child_pid_file"]).write_text(f"{os.getpid()} {child.pid}")
+    if config.get("exit"):
+        os._exit(config["exit"])
+    if config.get("raise"):
+        raise ValueError(config["raise"])
+    time.sleep(config.get("sleep", 0.0))
+    return StaticReport(kernel=request.kernel_name, config=config, valid=True, binary_hash=config.get("hash"),
+                        n_regs=os.getpid())
+
+
+def request(**config) -> CompileRequest:
+    return CompileRequest(kernel="fake", config=config)
+
+
+def process_is_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A killed child of a killed worker is reaped by init; until then it is a zombie, which is gone
+    # for every purpose that matters here.
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_stuck_task_times_out_alone_and_its_worker_and_child_are_killed(tmp_path):
+    pid_file = tmp_path / "pids"
+    requests = [request(sleep=0.1, hash="a"), request(child_pid_file=str(pid_file), sleep=60),
+                request(sleep=0.2, hash="b"), request(sleep=0.1, hash="c"), request(sleep=0.1, hash="d")]
+    with CompilePool(workers=2, timeout_s=1.5, task=pretend_compile) as pool:
+        start = time.monotonic()
+        reports = pool.map(requests)
+        elapsed = time.monotonic() - start
+        # The stuck request cost its deadline, not its 60 seconds.
+        assert elapsed < 15
+        assert [r.valid for r in reports] == [True, False, True, True, True]
+        assert reports[1].reason == "compile timed out after 1.5 s"
+        assert reports[1].compile_s == 1.5 and reports[1].config["sleep"] == 60
+        assert [r.binary_hash for r in reports if r.valid] == ["a", "b", "c", "d"]
+        worker_pid, child_pid = map(int, pid_file.read_text().split())
+        assert process_is_gone(worker_pid) and process_is_gone(child_pid)
+        # The pool replaced the killed worker and still serves a later batch.
+        again = pool.map([request(sleep=0.0, hash="e")] * 3)
+        assert all(r.valid for r in again)
+        assert worker_pid not in {r.n_regs for r in again}
+
+
+def test_a_crashing_or_raising_task_costs_only_its_own_request():
+    requests = [request(hash="a"), request(exit=3), request(hash="b"), request(**{"raise": "bad tile"}),
+                request(hash="c")]
+    with CompilePool(workers=2, timeout_s=30, task=pretend_compile) as pool:
+        reports = pool.map(requests)
+    assert [r.valid for r in reports] == [True, False, True, False, True]
+    assert reports[1].reason == "compile worker died (exit code 3)"
+    assert reports[3].reason == "compile worker raised ValueError: bad tile"
+
+
+def test_results_stream_as_they_finish_and_workers_can_be_recycled():
+    requests = [request(sleep=1.0, hash="slow"), request(sleep=0.0, hash="fast")]
+    with CompilePool(workers=2, timeout_s=30, task=pretend_compile, max_tasks_per_worker=1) as pool:
+        order = [index for index, _ in pool.run(requests)]
+        assert order == [1, 0]
+        pids = {r.n_regs for r in pool.map([request(hash=str(i)) for i in range(4)])}
+    # One task per worker: four tasks ran in four different processes.
+    assert len(pids) == 4
+
+
+def test_group_by_binary_collects_identical_valid_binaries():
+    reports = [StaticReport("k", {}, valid=valid, binary_hash=digest)
+               for valid, digest in [(True, "x"), (True, "y"), (False, "x"), (True, "x")]]
+    assert group_by_binary(reports) == {"x": [0, 3], "y": [1]}
+
+
+def test_bad_pool_arguments_are_refused():
+    with pytest.raises(ValueError, match="timeout_s=0 is not positive"):
+        CompilePool(timeout_s=0)
+
+    def local_kernel():
+        pass
+
+    with pytest.raises(ValueError, match="not defined at the top level of a module"):
+        function_reference(local_kernel)
+
+
+def test_real_compiles_time_out_group_and_agree_with_direct_analysis(tmp_path, monkeypatch):
+    # An empty cache makes every compile real; the workers inherit the variable at spawn.
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    slow = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 2, "num_stages": 3}
+    softmax = [{"BLOCK": 1024, "num_warps": 4, "num_stages": stages} for stages in (1, 2)]
+    softmax.append({"BLOCK": 2048, "num_warps": 4, "num_stages": 1})
+    requests = [CompileRequest("matmul", slow, {"M": 4096, "N": 4096, "K": 4096})]
+    requests += [CompileRequest("softmax", c, {"rows": 4096, "cols": 4096}) for c in softmax]
+    with CompilePool(workers=2, timeout_s=4) as pool:
+        reports = pool.map(requests)
+    # The recorded sweep never finished this tile either (its row is compile_timeout).
+    assert not reports[0].valid and reports[0].reason == "compile timed out after 4 s"
+    assert reports[0].kernel == "matmul"
+    assert all(r.valid for r in reports[1:]), [r.reason for r in reports[1:]]
+    # num_stages changes nothing in a kernel without pipelined loads, so those two compile to one
+    # binary and need one measurement; another BLOCK is another binary.
+    groups = group_by_binary(reports)
+    assert sorted(groups.values()) == [[1, 2], [3]]
+    assert reports[1].binary_hash == reports[2].binary_hash != reports[3].binary_hash

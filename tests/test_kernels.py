@@ -1,0 +1,252 @@
+"""Tests of the built-in kernels: their descriptions, and their results under Triton's interpreter.
+
+The numerical tests run each kernel on small CPU tensors in Triton's interpreter. triton.jit
+decides between compiling and interpreting when a function is decorated, from TRITON_INTERPRET,
+so those tests run in a child process that sets the variable before importing anything; the
+pytest process itself keeps compiled kernels for the analysis tests. The child is this file run
+as a script (see the bottom), which prints one JSON line per case.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dr_kernel import kernels
+from dr_kernel.kernels import BUILTINS, Pointer, UnknownKernelError, specialise
+
+DATA = Path(__file__).resolve().parents[1] / "python" / "dr_kernel" / "data" / "h200"
+
+
+def recorded_rows(family: str, kind: str) -> list[dict]:
+    with open(DATA / f"{family}.jsonl") as handle:
+        return [row for row in map(json.loads, handle) if row["type"] == kind]
+
+
+# ----- descriptions ------------------------------------------------------------------------------
+
+def test_registry_holds_the_four_families_and_get_names_them_on_a_miss():
+    assert set(BUILTINS) == {"matmul", "softmax", "attention", "rmsnorm"}
+    assert kernels.get("softmax") is BUILTINS["softmax"]
+    with pytest.raises(UnknownKernelError) as caught:
+        kernels.get("conv2d")
+    message = str(caught.value)
+    assert "'conv2d'" in message and "attention, matmul, rmsnorm, softmax" in message
+
+
+def test_spaces_keep_the_recorded_parameter_names_and_values():
+    assert list(BUILTINS["matmul"].space) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
+                                              "num_warps", "num_stages"]
+    assert list(BUILTINS["softmax"].space) == ["BLOCK", "num_warps", "num_stages"]
+    assert list(BUILTINS["attention"].space) == ["BLOCK_M", "BLOCK_N", "num_warps", "num_stages"]
+    assert BUILTINS["softmax"].space["BLOCK"] == [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+    assert len(list(BUILTINS["matmul"].configs())) == 5 * 4 * 3 * 2 * 3 * 4
+    assert len(list(BUILTINS["attention"].configs())) == 192
+    assert len(list(BUILTINS["softmax"].configs())) == 192
+
+
+@pytest.mark.parametrize("family", ["matmul", "softmax", "attention"])
+def test_every_recorded_config_and_shape_belongs_to_the_kernel(family):
+    kernel = BUILTINS[family]
+    shapes = [kernel.check_shape(r["shape"]) for r in recorded_rows(family, "reference")]
+    assert sorted(map(str, shapes)) == sorted(map(str, kernel.shapes))
+    for row in recorded_rows(family, "measure"):
+        config = kernel.check_config(row["config"])
+        assert all(config[p] in values for p, values in kernel.space.items()), config
+        assert kernel.satisfies(config)
+
+
+@pytest.mark.parametrize("family", ["matmul", "softmax", "attention"])
+def test_flops_and_bytes_match_the_recorded_reference_rows(family):
+    kernel = BUILTINS[family]
+    rows = recorded_rows(family, "reference")
+    assert rows
+    for row in rows:
+        assert kernel.flops(row["shape"]) == row["flops"], row["shape"]
+        assert kernel.bytes(row["shape"], "fp16") == row["bytes"], row["shape"]
+
+
+def test_bytes_scale_with_the_element_size_and_rmsnorm_counts_its_weight():
+    shape = {"M": 64, "N": 32, "K": 16}
+    assert BUILTINS["matmul"].bytes(shape, "fp32") == 2 * BUILTINS["matmul"].bytes(shape, "bf16")
+    assert BUILTINS["rmsnorm"].bytes({"rows": 8, "cols": 100}, "fp16") == (2 * 8 * 100 + 100) * 2
+    assert BUILTINS["rmsnorm"].flops({"rows": 8, "cols": 100}) == 4 * 8 * 100
+    causal = {"Z": 1, "H": 2, "N_CTX": 64, "HEAD_DIM": 16, "CAUSAL": True}
+    assert BUILTINS["attention"].flops(causal) * 2 == BUILTINS["attention"].flops({**causal, "CAUSAL": False})
+
+
+def test_bad_configs_shapes_and_dtypes_are_refused_with_a_sentence_naming_them():
+    matmul = BUILTINS["matmul"]
+    good = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    with pytest.raises(ValueError, match=r"lacks BLOCK_K; give exactly the parameters"):
+        matmul.check_config({k: v for k, v in good.items() if k != "BLOCK_K"})
+    with pytest.raises(ValueError, match=r"has unknown BLOCK_Q"):
+        matmul.check_config({**good, "BLOCK_Q": 1})
+    with pytest.raises(ValueError, match=r"shape .* lacks K"):
+        matmul.flops({"M": 1, "N": 2})
+    with pytest.raises(ValueError, match=r"dtype 'int8' is not supported .* use one of fp16, bf16, fp32\."):
+        matmul.bytes({"M": 1, "N": 2, "K": 3}, "int8")
+
+
+def test_compile_description_specialises_like_a_launch_on_contiguous_tensors():
+    matmul = BUILTINS["matmul"]
+    config = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    signature, constexprs, attrs = matmul.compile_source({"M": 16, "N": 4096, "K": 4096}, "bf16", config)
+    assert signature["a_ptr"] == "*bf16" and signature["M"] == "i32"
+    # Unit strides become the constant 1; the configuration's compiler options are not constexprs.
+    assert constexprs == {"sak": 1, "sbn": 1, "scn": 1,
+                          "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}
+    assert signature["sak"] == "constexpr" and "num_warps" not in signature
+    # All three pointers and every size and stride here are multiples of 16.
+    names = list(signature)
+    divisible = sorted(names[i[0]] for i in attrs)
+    assert divisible == sorted(["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "sam", "sbk", "scm"])
+    softmax_signature = BUILTINS["softmax"].signature({"rows": 3, "cols": 100}, "fp32")
+    assert softmax_signature == {"x_ptr": "*fp32", "y_ptr": "*fp32", "n_cols": "i32", "stride": "i32",
+                                 "BLOCK": "constexpr"}
+    attention_config = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+    assert BUILTINS["attention"].constexprs(BUILTINS["attention"].shapes[1], attention_config) == \
+        {"HEAD_DIM": 64, "BLOCK_M": 128, "BLOCK_N": 64, "CAUSAL": True}
+
+
+def test_specialise_agrees_with_tritons_own_launch_rules():
+    # Triton's launcher classifies each argument with this native function; our rules must give
+    # the same type, the same constant and the same divisibility for every kind of value.
+    import torch
+    import triton
+    import triton.language as tl
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import MockTensor
+
+    @triton.jit
+    def probe(p, a, b, c, d, e, f, X: tl.constexpr):
+        pass
+
+    values = {"p": MockTensor(torch.bfloat16), "a": 1, "b": 48, "c": 17, "d": 2**40, "e": 0.5, "f": -7}
+    signature, constexprs, attrs = specialise(probe, {**{k: v for k, v in values.items() if k != "p"},
+                                                      "p": Pointer("bf16"), "X": 3})
+    for index, (name, value) in enumerate(values.items()):
+        kind, attribute = native_specialize_impl(BaseBackend, value, False, True, True)
+        assert signature[name] == kind, name
+        if kind == "constexpr":
+            assert constexprs[name] == attribute
+        else:
+            assert ((index,) in attrs) == (attribute == "D"), name
+    assert constexprs["X"] == 3
+
+
+def test_make_inputs_are_seeded_random_normal_and_never_zero():
+    import torch
+
+    kernel = BUILTINS["attention"]
+    shape = {"Z": 1, "H": 2, "N_CTX": 32, "HEAD_DIM": 16, "CAUSAL": False}
+    first, again, other = (kernel.make_inputs(shape, "bf16", "cpu", seed) for seed in (3, 3, 4))
+    assert first["q"].dtype == torch.bfloat16 and first["q"].shape == (1, 2, 32, 16)
+    assert torch.equal(first["k"], again["k"]) and not torch.equal(first["k"], other["k"])
+    assert not torch.equal(first["q"], first["k"])
+    for name in ("q", "k", "v"):
+        values = first[name].float()
+        assert (values != 0).float().mean() > 0.99
+        assert 0.8 < values.std().item() < 1.2 and abs(values.mean().item()) < 0.2
+    assert kernel.output(first) is first["o"]
+
+
+def test_rmsnorm_reference_normalises_rows_to_unit_root_mean_square():
+    import torch
+
+    kernel = BUILTINS["rmsnorm"]
+    inputs = kernel.make_inputs({"rows": 4, "cols": 256}, "fp32", "cpu", 0)
+    inputs["w"] = torch.ones_like(inputs["w"])
+    y = kernel.reference(inputs)
+    assert torch.allclose(y.pow(2).mean(dim=-1), torch.ones(4), atol=1e-4)
+
+
+# ----- results under the interpreter ----------------------------------------------------------
+
+# Small problems whose sizes are not multiples of the blocks, so that every mask is exercised,
+# and two configurations per kernel (one with GROUP_M wrapping for matmul, one causal attention).
+INTERPRETER_CASES = {
+    "matmul": [({"M": 40, "N": 72, "K": 50}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
+                                               "num_warps": 4, "num_stages": 3}),
+               ({"M": 33, "N": 40, "K": 64}, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 1,
+                                               "num_warps": 2, "num_stages": 2})],
+    "softmax": [({"rows": 5, "cols": 300}, {"BLOCK": 128, "num_warps": 4, "num_stages": 1}),
+                ({"rows": 3, "cols": 100}, {"BLOCK": 256, "num_warps": 1, "num_stages": 2})],
+    "attention": [({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16, "CAUSAL": False},
+                   {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}),
+                  ({"Z": 2, "H": 1, "N_CTX": 48, "HEAD_DIM": 32, "CAUSAL": True},
+                   {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2})],
+    "rmsnorm": [({"rows": 5, "cols": 300}, {"BLOCK": 128, "num_warps": 4, "num_stages": 1}),
+                ({"rows": 2, "cols": 64}, {"BLOCK": 256, "num_warps": 2, "num_stages": 2})],
+}
+
+# Triton 3.6's interpreter multiplies bf16 operands of tl.dot as the raw 16-bit integers it stores
+# them in, so bf16 products are wrong there (the compiled kernel is right); bf16 is checked under
+# the interpreter only for the kernels without tl.dot.
+INTERPRETER_DTYPES = {"matmul": ["fp16", "fp32"], "attention": ["fp16", "fp32"],
+                      "softmax": ["fp16", "bf16", "fp32"], "rmsnorm": ["fp16", "bf16", "fp32"]}
+
+# Relative L2 error allowed: the recorded tables' 2e-2 for half precision; fp32 results are
+# computed in fp32 throughout except tl.dot, which uses TF32 on a GPU but exact fp32 here.
+TOLERANCE = {"fp16": 2e-2, "bf16": 2e-2, "fp32": 1e-4}
+
+
+@pytest.mark.parametrize("name", sorted(INTERPRETER_CASES))
+def test_kernel_matches_its_reference_under_the_interpreter(name):
+    environment = {**os.environ, "TRITON_INTERPRET": "1",
+                   "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    result = subprocess.run([sys.executable, __file__, name], capture_output=True, text=True, env=environment,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    cases = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(cases) == len(INTERPRETER_CASES[name]) * len(INTERPRETER_DTYPES[name])
+    for case in cases:
+        assert case["interpreted"], "the child process compiled instead of interpreting"
+        assert case["dtype_kept"], case
+        assert math.isfinite(case["relerr"]) and case["relerr"] < TOLERANCE[case["dtype"]], case
+        # The output buffer starts as garbage; a kernel that wrote nothing could not match.
+        assert case["reference_norm"] > 0
+
+
+def _numpy_index_fix() -> None:
+    # Triton 3.6's interpreter converts one-element arrays to int with int(array), which NumPy
+    # 2.4 refuses (triton-lang/triton#9171); loop bounds such as tl.cdiv(K, BLOCK_K) hit it. This
+    # re-installs the conversion on a scalar, inside the interpreter's own patch scope so that it
+    # is undone with the rest after each launch.
+    import numpy
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+
+    def patch(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(numpy.asarray(self.handle.data).reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patch
+
+
+def _run_interpreted(name: str) -> None:
+    import triton
+
+    _numpy_index_fix()
+    kernel = kernels.get(name)
+    for shape, config in INTERPRETER_CASES[name]:
+        for dtype in INTERPRETER_DTYPES[name]:
+            inputs = kernel.make_inputs(shape, dtype, "cpu", seed=1)
+            kernel.launch(inputs, config)
+            output, reference = kernel.output(inputs), kernel.reference(inputs)
+            error = ((output.float() - reference.float()).norm() / reference.float().norm()).item()
+            print(json.dumps({"kernel": name, "dtype": dtype, "shape": shape, "relerr": error,
+                              "reference_norm": reference.float().norm().item(),
+                              "dtype_kept": output.dtype == reference.dtype == kernels.torch_dtype(dtype),
+                              "interpreted": triton.knobs.runtime.interpret}), flush=True)
+
+
+if __name__ == "__main__":
+    _run_interpreted(sys.argv[1])
