@@ -86,6 +86,12 @@ TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint6
       for (int e = 0; e < num_envs; ++e) {
         const EpisodeStep step = envs[e]->Step(act.actions[e]);
         rewards(e) = step.reward;
+        for (const auto& [ago, credit] : step.credit_back) {
+          // Step t is not in the buffer yet: "1 step ago" is the last one added.
+          const int target = buffer.steps() - ago;
+          if (ago >= 1 && target >= 0) buffer.AddReward(target, e, credit);
+          if (ago >= 1 && ago <= episode_length[e]) episode_return[e] += credit;
+        }
         dones[e] = step.done;
         truncated[e] = step.done && step.truncated;
         episode_return[e] += step.reward;
@@ -150,6 +156,7 @@ EvalResult Evaluate(EpisodeEnv& env, const ActorCritic& model, int episodes, uin
       const int action = greedy ? model.Greedy(obs, mask)[0] : model.Sample(obs, mask, action_rng).actions[0];
       const EpisodeStep step = env.Step(action);
       episode_return += step.reward;
+      for (const auto& credit : step.credit_back) episode_return += credit.second;
       ++length;
       if (step.done) break;
       CopyObservation(step.obs, obs_size, 0, &obs);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace dr_kernel::rl {
@@ -19,6 +20,10 @@ struct EpisodeStep {
   // The episode was cut short (a step limit, a spent budget) in a state that is not terminal, so its
   // future value is estimated from `obs` rather than taken as zero. Meaningful only with `done`.
   bool truncated = false;
+  // Rewards paid now to earlier steps of the same episode: (steps ago >= 1, reward). Lets an
+  // environment credit an exploratory step once what it led to is known; credit for a step before
+  // the current rollout is dropped.
+  std::vector<std::pair<int, double>> credit_back;
 };
 
 // One environment instance. Training runs many instances in lockstep, made with Clone(); each must

@@ -81,6 +81,10 @@ class RolloutBuffer {
   void ComputeAdvantages(const Eigen::VectorXd& last_values, double gamma, double lambda);
   // Empties the buffer for the next rollout.
   void Clear() { steps_ = 0; }
+  // Adds to the reward of an earlier step (0 <= step < steps added) of one environment.
+  void AddReward(int step, int env, double reward) {
+    rewards_(static_cast<Eigen::Index>(step) * num_envs_ + env) += reward;
+  }
 
   int num_steps() const { return num_steps_; }
   int num_envs() const { return num_envs_; }
