@@ -1,0 +1,189 @@
+// Leave-one-problem-out evaluation of the cost model over the bundled H200 tables, plus fit,
+// update and prediction timings. Prints the markdown tables of benchmarks/cost_model.md.
+//
+//   cost_model_eval [--data DIR] [--static 0|1|both] [--members K] [--trees N] [--depth D] [--lr X]
+//                   [--leaf N] [--l2 X] [--subsample X] [--colsample X] [--seed S] [--timing 0|1]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dr_kernel/model/cost_model.h"
+#include "dr_kernel/model/evaluation.h"
+#include "dr_kernel/table.h"
+
+namespace {
+
+using dr_kernel::CostModel;
+using dr_kernel::CostModelOptions;
+using dr_kernel::ProblemTable;
+
+double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// CPU seconds of this process: steadier than wall time on a shared machine.
+double CpuSeconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
+
+std::string Fixed(double v, int digits) {
+  if (std::isinf(v)) return "failed";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+void PrintLeaveOneOut(const std::vector<ProblemTable>& tables, const CostModelOptions& options) {
+  const auto results = dr_kernel::LeaveOneProblemOut(tables, options);
+  std::printf("\n### Leave one problem out, %s static features\n\n",
+              options.use_static_features ? "with" : "without");
+  std::printf("| held-out problem | configs (ok) | Spearman | top-10 in top-50 | predicted best / oracle | "
+              "evals to 1.05x: model | random (expected) | failures caught | false alarms | fit s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  double spearman = 0, recall = 0, hits = 0;
+  std::vector<double> evals;
+  for (const auto& r : results) {
+    const auto& f = r.figures;
+    std::printf("| %s | %zu (%zu) | %.3f | %.1f | %s | %lld | %.0f | %zu / %zu | %zu | %.2f |\n", f.problem.c_str(),
+                f.configs, f.ok_configs, f.spearman, f.top10_in_top50, Fixed(f.top1_over_oracle, 3).c_str(),
+                static_cast<long long>(f.evals_to_within), f.random_evals_to_within, f.failures_caught, f.failures,
+                f.false_alarms, r.fit_s);
+    spearman += f.spearman;
+    recall += f.top10_in_top50;
+    hits += f.top1_over_oracle <= 1.05 ? 1 : 0;
+    evals.push_back(static_cast<double>(f.evals_to_within));
+  }
+  const double n = static_cast<double>(results.size());
+  std::sort(evals.begin(), evals.end());
+  const double median = evals.size() % 2 ? evals[evals.size() / 2]
+                                         : 0.5 * (evals[evals.size() / 2 - 1] + evals[evals.size() / 2]);
+  std::printf("| **mean over %zu problems** | | **%.3f** | **%.2f** | %.0f of %zu within 1.05x | median %.1f | | | | |\n",
+              results.size(), spearman / n, recall / n, hits, results.size(), median);
+}
+
+void PrintTimings(const std::vector<ProblemTable>& tables, const CostModelOptions& options) {
+  CostModel model(options);
+  for (const auto& t : tables) model.Add(t);
+  auto start = std::chrono::steady_clock::now();
+  double cpu0 = CpuSeconds();
+  model.Fit();
+  const double fit_s = Seconds(start, std::chrono::steady_clock::now());
+  const double fit_cpu_s = CpuSeconds() - cpu0;
+
+  // Online update: 8 new measurements (here: rows already known, re-added) then a full refit.
+  const ProblemTable& t = tables.front();
+  std::vector<std::pair<dr_kernel::NamedValues, dr_kernel::Measurement>> batch;
+  for (size_t i = 0; i < 8 && i < t.rows.size(); ++i) batch.emplace_back(t.rows[i].config, t.rows[i].measurement);
+  start = std::chrono::steady_clock::now();
+  cpu0 = CpuSeconds();
+  model.Update(t.problem, batch);
+  const double update_s = Seconds(start, std::chrono::steady_clock::now());
+  const double update_cpu_s = CpuSeconds() - cpu0;
+
+  // Prediction: every config of every table, repeatedly; features included and excluded.
+  std::vector<dr_kernel::ModelInput> inputs;
+  for (const auto& table : tables)
+    for (const auto& row : table.rows) inputs.push_back(model.Input(table.problem, row.config));
+  double sink = 0;
+  const int reps = 5;
+  double cpu = CpuSeconds();
+  for (int r = 0; r < reps; ++r)
+    for (const auto& table : tables)
+      for (const auto& row : table.rows) sink += model.Predict(table.problem, row.config).log_ms;
+  const double full_us = (CpuSeconds() - cpu) * 1e6 / (reps * inputs.size());
+  cpu = CpuSeconds();
+  for (int r = 0; r < reps; ++r)
+    for (const auto& in : inputs) sink += model.Predict(in).log_ms;
+  const double trees_us = (CpuSeconds() - cpu) * 1e6 / (reps * inputs.size());
+
+  std::printf("\n### Timings (all %zu rows, %d members x %d trees of depth %d, %d threads)\n\n", model.num_rows(),
+              options.ensemble_size, options.time_trees.num_trees, options.time_trees.max_depth, options.threads);
+  std::printf("| what | wall | CPU (all threads) |\n|---|---|---|\n");
+  std::printf("| Fit (all rows) | %.0f ms | %.0f ms |\n", fit_s * 1e3, fit_cpu_s * 1e3);
+  std::printf("| Update (8 rows + refit) | %.0f ms | %.0f ms |\n", update_s * 1e3, update_cpu_s * 1e3);
+  std::printf("| Predict one config (features + trees) | | %.2f us |\n", full_us);
+  std::printf("| Predict one config (trees only, features kept) | | %.2f us |\n", trees_us);
+  if (sink == 12345.678) std::printf("\n");
+}
+
+// For diagnosis: the first `show` configs of the predicted order of each held-out problem.
+void PrintPredictedHeads(const std::vector<ProblemTable>& tables, const CostModelOptions& options, int show) {
+  for (size_t held = 0; held < tables.size(); ++held) {
+    CostModel model(options);
+    for (size_t i = 0; i < tables.size(); ++i)
+      if (i != held) model.Add(tables[i]);
+    model.Fit();
+    const ProblemTable& t = tables[held];
+    const auto order = dr_kernel::PredictedOrder(model, t);
+    std::printf("\n%s (oracle %.4f ms)\n", t.problem.Label().c_str(), t.oracle_ms());
+    for (int i = 0; i < show && i < static_cast<int>(order.size()); ++i) {
+      const auto& row = t.rows[order[i]];
+      const auto p = model.Predict(t.problem, row.config);
+      std::printf("  %-80s predicted %.4f +- %.2f  measured/oracle %s\n", dr_kernel::ToJson(row.config).c_str(),
+                  p.ms(), p.log_ms_std, Fixed(row.measurement.objective() / t.oracle_ms(), 3).c_str());
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> args;
+  for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+  auto get = [&](const char* key, const std::string& fallback) {
+    const auto it = args.find(key);
+    return it == args.end() ? fallback : it->second;
+  };
+  const std::string dir = get("--data", DR_KERNEL_DATA_DIR);
+  CostModelOptions options;
+  options.ensemble_size = std::stoi(get("--members", std::to_string(options.ensemble_size)));
+  options.time_trees.num_trees = std::stoi(get("--trees", std::to_string(options.time_trees.num_trees)));
+  options.time_trees.max_depth = std::stoi(get("--depth", std::to_string(options.time_trees.max_depth)));
+  options.time_trees.learning_rate = std::stod(get("--lr", std::to_string(options.time_trees.learning_rate)));
+  options.time_trees.min_samples_leaf =
+      std::stoi(get("--leaf", std::to_string(options.time_trees.min_samples_leaf)));
+  options.time_trees.l2 = std::stod(get("--l2", std::to_string(options.time_trees.l2)));
+  options.time_trees.subsample = std::stod(get("--subsample", std::to_string(options.time_trees.subsample)));
+  options.time_trees.colsample = std::stod(get("--colsample", std::to_string(options.time_trees.colsample)));
+  options.seed = std::stoull(get("--seed", "0"));
+  options.threads = std::stoi(get("--threads", "0"));
+  const std::string baseline = get("--baseline", "roofline");
+  options.baseline = baseline == "analytic" ? dr_kernel::TimeBaseline::kAnalytic
+                     : baseline == "none"   ? dr_kernel::TimeBaseline::kNone
+                                            : dr_kernel::TimeBaseline::kRoofline;
+  const std::string use_static = get("--static", "both");
+
+  std::vector<ProblemTable> tables;
+  try {
+    tables = dr_kernel::ReadTables({dir + "/matmul.jsonl", dir + "/attention.jsonl", dir + "/softmax.jsonl"});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  std::printf("## Cost model: leave-one-problem-out on the bundled H200 tables\n\n");
+  std::printf("Options: %d members, %d trees, depth %d, learning rate %.3g, min leaf %d, l2 %.3g, subsample %.2f, "
+              "colsample %.2f, seed %llu, baseline %s.\n",
+              options.ensemble_size, options.time_trees.num_trees, options.time_trees.max_depth,
+              options.time_trees.learning_rate, options.time_trees.min_samples_leaf, options.time_trees.l2,
+              options.time_trees.subsample, options.time_trees.colsample,
+              static_cast<unsigned long long>(options.seed), baseline.c_str());
+  if (const int show = std::stoi(get("--show", "0")); show > 0) {
+    options.use_static_features = use_static == "1";
+    PrintPredictedHeads(tables, options, show);
+    return 0;
+  }
+  for (const bool with_static : {false, true}) {
+    if (use_static != "both" && (use_static == "1") != with_static) continue;
+    options.use_static_features = with_static;
+    PrintLeaveOneOut(tables, options);
+  }
+  if (get("--timing", "1") == "1") {
+    options.use_static_features = false;
+    PrintTimings(tables, options);
+  }
+  return 0;
+}
