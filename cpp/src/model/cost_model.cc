@@ -74,7 +74,9 @@ GbdtOptions ReadTrees(std::istream& in) {
 GbdtOptions CostModelOptions::DefaultTimeTrees() {
   GbdtOptions o;
   o.loss = Loss::kSquared;
-  o.num_trees = 150;
+  // Leave-one-problem-out ranking barely moves with these (benchmarks/cost_model.md); 100 trees
+  // keep prediction near 4 us per config.
+  o.num_trees = 100;
   o.max_depth = 6;
   o.learning_rate = 0.1;
   o.min_samples_leaf = 5;
@@ -88,9 +90,9 @@ GbdtOptions CostModelOptions::DefaultTimeTrees() {
 GbdtOptions CostModelOptions::DefaultFailureTrees() {
   GbdtOptions o;
   o.loss = Loss::kLogistic;
-  o.num_trees = 60;
+  o.num_trees = 40;
   o.max_depth = 4;
-  o.learning_rate = 0.2;
+  o.learning_rate = 0.3;
   o.min_samples_leaf = 3;
   o.l2 = 1.0;
   o.subsample = 1.0;
@@ -119,6 +121,7 @@ ModelInput CostModel::Input(const Problem& problem, const NamedValues& config,
   } else {
     in.time_features = in.failure_features;
   }
+  in.family_seen = FamilySeen(problem.family);
   switch (options_.baseline) {
     case TimeBaseline::kNone:
       in.log_offset = 0;
@@ -138,7 +141,9 @@ void CostModel::Add(const Problem& problem, const NamedValues& config, const Mea
   if (m.ok() && !(m.ms > 0)) return;
   const StaticFeatures st = StaticFeatures::From(m);
   const ModelInput in = Input(problem, config, &st);
-  rows_.push_back({in.log_offset, m.ok() ? std::log(m.ms) : kNaN, m.status, weight});
+  const auto it = std::lower_bound(families_.begin(), families_.end(), problem.family);
+  if (it == families_.end() || *it != problem.family) families_.insert(it, problem.family);
+  rows_.push_back({problem.family, in.log_offset, m.ok() ? std::log(m.ms) : kNaN, m.status, weight});
   time_x_.insert(time_x_.end(), in.time_features.begin(), in.time_features.end());
   failure_x_.insert(failure_x_.end(), in.failure_features.begin(), in.failure_features.end());
 }
@@ -214,19 +219,28 @@ void CostModel::Update(const Problem& problem, const std::vector<std::pair<Named
   Fit();
 }
 
+bool CostModel::FamilySeen(const std::string& family) const {
+  return std::binary_search(families_.begin(), families_.end(), family);
+}
+
 CostPrediction CostModel::Predict(const ModelInput& input) const {
   if (!fitted()) throw std::logic_error("the cost model has not been fitted; call Fit() after adding rows");
   CostPrediction p;
-  double sum = 0, sum2 = 0;
-  for (const Gbdt& m : members_) {
-    const double v = m.Predict(input.time_features.data());
-    sum += v;
-    sum2 += v * v;
+  if (!input.family_seen && options_.baseline == TimeBaseline::kAnalytic && input.log_offset != 0) {
+    p.log_ms = input.log_offset;
+    p.log_ms_std = options_.unseen_family_log_std;
+  } else {
+    double sum = 0, sum2 = 0;
+    for (const Gbdt& m : members_) {
+      const double v = m.Predict(input.time_features.data());
+      sum += v;
+      sum2 += v * v;
+    }
+    const double k = static_cast<double>(members_.size());
+    const double mean = sum / k;
+    p.log_ms = mean + input.log_offset;
+    p.log_ms_std = k > 1 ? std::sqrt(std::max(0.0, (sum2 - k * mean * mean) / (k - 1))) : 0.0;
   }
-  const double k = static_cast<double>(members_.size());
-  const double mean = sum / k;
-  p.log_ms = mean + input.log_offset;
-  p.log_ms_std = k > 1 ? std::sqrt(std::max(0.0, (sum2 - k * mean * mean) / (k - 1))) : 0.0;
   double survive = 1;
   for (const auto& [status, model] : failure_models_) {
     const double q = model.PredictProbability(input.failure_features.data());
@@ -246,6 +260,8 @@ double CostModel::PredictMember(size_t k, const ModelInput& input) const {
   if (k >= members_.size())
     throw std::out_of_range("ensemble member " + std::to_string(k) + " does not exist (the model has " +
                             std::to_string(members_.size()) + ")");
+  if (!input.family_seen && options_.baseline == TimeBaseline::kAnalytic && input.log_offset != 0)
+    return input.log_offset;
   return members_[k].Predict(input.time_features.data()) + input.log_offset;
 }
 
@@ -261,6 +277,7 @@ void CostModel::Save(std::ostream& out) const {
   WriteTrees(out, options_.failure_trees);
   io::WriteU64(out, options_.use_static_features ? 1 : 0);
   io::WriteU64(out, static_cast<uint64_t>(options_.baseline));
+  io::WriteF64(out, options_.unseen_family_log_std);
   io::WriteU64(out, options_.seed);
   // Device.
   const DeviceDescription& d = extractor_.device();
@@ -278,6 +295,7 @@ void CostModel::Save(std::ostream& out) const {
   // Training rows.
   io::WriteU64(out, rows_.size());
   for (const Row& r : rows_) {
+    io::WriteString(out, r.family);
     io::WriteF64(out, r.log_offset);
     io::WriteF64(out, r.log_ms);
     io::WriteU64(out, static_cast<uint64_t>(r.status));
@@ -316,6 +334,7 @@ CostModel CostModel::Load(std::istream& in) {
   if (baseline > static_cast<uint64_t>(TimeBaseline::kAnalytic))
     throw ModelError("the cost model stream names an unknown time baseline; it is corrupt");
   o.baseline = static_cast<TimeBaseline>(baseline);
+  o.unseen_family_log_std = io::ReadF64(in, "the options");
   o.seed = io::ReadU64(in, "the options");
   if (o.ensemble_size < 1 || o.ensemble_size > 10000)
     throw ModelError("the cost model stream has an implausible ensemble size; it is corrupt");
@@ -351,6 +370,9 @@ CostModel CostModel::Load(std::istream& in) {
   if (num_rows > (1u << 26)) throw ModelError("the cost model stream has an implausible row count; it is corrupt");
   model.rows_.resize(num_rows);
   for (Row& r : model.rows_) {
+    r.family = io::ReadString(in, "a training row");
+    const auto it = std::lower_bound(model.families_.begin(), model.families_.end(), r.family);
+    if (it == model.families_.end() || *it != r.family) model.families_.insert(it, r.family);
     r.log_offset = io::ReadF64(in, "a training row");
     r.log_ms = io::ReadF64(in, "a training row");
     const uint64_t s = io::ReadU64(in, "a training row");

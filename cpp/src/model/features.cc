@@ -50,6 +50,8 @@ enum F : int {
   kInflightBytesLog2,
   kAnalyticMsLog2,
   kAnalyticOverRooflineLog2,
+  kRegsEstimate,
+  kSpillEstimateLog2,
   kStaticMissing,
   kRegs,
   kSpillsLog2,
@@ -71,7 +73,8 @@ std::vector<std::string> MakeNames() {
         "resident_waves", "tile_flops_log2", "tile_bytes_log2", "tile_intensity_log2", "traffic_ratio_log2",
         "padding_waste", "loop_iters_log2", "elems_per_thread_log2", "smem_estimate_log2", "smem_fraction",
         "smem_over_limit", "blocks_per_sm_by_smem", "warpgroup_mma", "sm_fill",
-        "inflight_bytes_log2", "analytic_ms_log2", "analytic_over_roofline_log2", "static_missing", "n_regs",
+        "inflight_bytes_log2", "analytic_ms_log2", "analytic_over_roofline_log2", "regs_estimate",
+        "spill_estimate_log2", "static_missing", "n_regs",
         "n_spills_log2", "shared_log2", "blocks_per_sm_by_regs", "resident_warps_per_sm"})
     names.push_back(n);
   if (names.size() != static_cast<size_t>(kCount)) throw std::logic_error("feature names out of step");
@@ -148,11 +151,14 @@ bool EstimateMatmul(const Problem& problem, const Lookup& shape, const Lookup& c
   e->tile_bytes = es * ((bm + bn) * bk * k_iters + bm * bn);
   e->padding_waste = 1 - e->flops / (e->programs * e->tile_flops);
   e->elems_per_thread = bm * bn / (32 * launch.num_warps);
+  // fp32 accumulators, plus operand fragments in registers for the mma.sync path (set below).
+  e->regs_per_thread = e->elems_per_thread + 32;
   // Measured on the H200 tables (exact for all 5,042 ok rows): wgmma pipelines keep num_stages
   // operand buffers, the older mma pipelines num_stages - 1.
   e->warpgroup_mma = dev.has_warpgroup_mma && launch.num_warps >= 4 && bm >= 64;
   const double buffers = e->warpgroup_mma ? launch.num_stages : std::max(1.0, launch.num_stages - 1);
   e->smem_bytes = (bm + bn) * bk * es * buffers;
+  if (!e->warpgroup_mma) e->regs_per_thread += (bm + bn) * bk * es / 4 / (32 * launch.num_warps);
   e->stage_bytes = (bm + bn) * bk * es;
   e->buffers = std::min(buffers, k_iters);
   e->tensor_cores = true;
@@ -188,6 +194,8 @@ bool EstimateAttention(const Problem& problem, const Lookup& shape, const Lookup
   e->tile_bytes = es * (2 * bm * d + 2 * bn * d * e->loop_iters);
   e->padding_waste = std::max(0.0, 1 - e->flops / (e->programs * e->tile_flops));
   e->elems_per_thread = (bm * d + bm * bn) / (32 * launch.num_warps);
+  // fp32 output accumulator and scores, the fp16 probabilities, the row statistics.
+  e->regs_per_thread = (bm * d + 1.5 * bm * bn) / (32 * launch.num_warps) + 32;
   e->warpgroup_mma = dev.has_warpgroup_mma && launch.num_warps >= 4 && bm >= 64;
   // Q stays resident; K and V tiles are multi-buffered. Fitted to the H200 tables (exact for the
   // wgmma rows; the mma rows also stage the P tile).
@@ -222,6 +230,8 @@ bool EstimateRowwise(const Problem& problem, const Lookup& shape, const Lookup& 
   e->tile_bytes = es * cols * (passes + 1);
   e->padding_waste = 1 - cols / (iters * block);
   e->elems_per_thread = block / (32 * launch.num_warps);
+  // About three fp32 values live per element (the loaded chunk and the running statistics).
+  e->regs_per_thread = 3 * e->elems_per_thread + 16;
   e->warpgroup_mma = false;
   e->smem_bytes = launch.num_warps > 1 ? 8 * launch.num_warps : 0;  // Cross-warp reduction scratch.
   e->stage_bytes = es * block;
@@ -283,8 +293,12 @@ double FeatureExtractor::AnalyticMs(const KernelEstimate& e, double num_warps) c
   // the bytes in flight (Little's law).
   const double inflight = std::min(e.programs, sms * resident) * e.buffers * e.stage_bytes;
   const double dram = std::min(device_.dram_tb_per_s * 1e9, inflight / (device_.memory_latency_us * 1e-3));
+  // Spilled registers go to local memory and back once per loop iteration, through L2.
+  const double spills = std::max(0.0, e.regs_per_thread - device_.max_regs_per_thread);
+  const double spill_bytes = e.programs * 32 * num_warps * spills * 4 * 2 * std::max(1.0, e.loop_iters);
   const double memory_ms =
-      std::max(e.bytes / std::max(dram, 1.0), e.programs * e.tile_bytes / (device_.l2_tb_per_s * 1e9));
+      std::max(e.bytes / std::max(dram, 1.0),
+               (e.programs * e.tile_bytes + spill_bytes) / (device_.l2_tb_per_s * 1e9));
   return std::max(compute_ms, memory_ms) + device_.launch_overhead_ms;
 }
 
@@ -420,6 +434,8 @@ void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config
     const double analytic = AnalyticMs(e, launch.num_warps);
     out[kAnalyticMsLog2] = Log2(analytic);
     out[kAnalyticOverRooflineLog2] = Log2(analytic / device_.RooflineMs(e.flops, e.bytes));
+    out[kRegsEstimate] = e.regs_per_thread;
+    out[kSpillEstimateLog2] = std::log2(1.0 + std::max(0.0, e.regs_per_thread - device_.max_regs_per_thread));
   }
   out[kElemsPerThreadLog2] = Log2(elems_per_thread);
   out[kBlocksPerSmBySmem] = blocks_per_sm_smem;

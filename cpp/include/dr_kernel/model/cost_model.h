@@ -6,6 +6,7 @@
 #define DR_KERNEL_MODEL_COST_MODEL_H_
 
 #include <array>
+#include <string>
 #include <cstdint>
 #include <istream>
 #include <ostream>
@@ -40,7 +41,11 @@ struct CostModelOptions {
   // Use registers, spills and shared memory from static analysis. Only worth it when they will be
   // known at prediction time too (after compiling); a synthetic problem never has them.
   bool use_static_features = false;
-  TimeBaseline baseline = TimeBaseline::kRoofline;
+  TimeBaseline baseline = TimeBaseline::kAnalytic;
+  // With the analytic baseline, a family that no training row belongs to is predicted by the
+  // analytic time alone (trees fitted to other families extrapolate badly to it), with this
+  // standard deviation in log ms as its uncertainty.
+  double unseen_family_log_std = 0.7;
   // Threads fitting ensemble members in parallel (0: one per hardware thread). Results do not
   // depend on it.
   int threads = 0;
@@ -66,6 +71,7 @@ struct ModelInput {
   std::vector<double> time_features;     // With static features when the model uses them.
   std::vector<double> failure_features;  // Never with static features.
   double log_offset = 0;                 // log of the baseline time (CostModelOptions::baseline).
+  bool family_seen = true;               // Some training row is of the problem's family.
 };
 
 class CostModel {
@@ -111,6 +117,7 @@ class CostModel {
 
  private:
   struct Row {
+    std::string family;
     double log_offset;
     double log_ms;  // NaN unless ok.
     Status status;
@@ -119,7 +126,10 @@ class CostModel {
 
   CostModelOptions options_;
   FeatureExtractor extractor_;
+  bool FamilySeen(const std::string& family) const;
+
   std::vector<Row> rows_;
+  std::vector<std::string> families_;  // Families of the rows, sorted.
   std::vector<double> time_x_;     // Row-major time features of rows_.
   std::vector<double> failure_x_;  // Row-major failure features of rows_.
   std::vector<Gbdt> members_;

@@ -38,6 +38,7 @@ struct DeviceDescription {
   double memory_latency_us = 1.0;     // Loaded DRAM latency: bytes in flight / latency bounds bandwidth.
   double mma_sync_fraction = 0.5;     // Tensor-core rate of the older mma.sync path relative to wgmma.
   double fp32_tflops = 67.0;          // CUDA-core rate, for kernels without dots.
+  int max_regs_per_thread = 255;      // Beyond this the compiler spills to local memory.
 
   // The roofline time of a problem: the larger of its compute and memory time plus launch overhead.
   double RooflineMs(double flops, double bytes) const;
@@ -65,7 +66,8 @@ struct KernelEstimate {
   double tile_bytes = 0;       // Bytes one program loads and stores.
   double padding_waste = 0;    // Fraction of the work done on padding or masked-out elements.
   double loop_iters = 0;       // Trip count of a program's main loop.
-  double elems_per_thread = 0; // Live accumulator/row elements per thread (register pressure).
+  double elems_per_thread = 0; // Live accumulator/row elements per thread.
+  double regs_per_thread = 0;  // Estimated 32-bit registers per thread the kernel needs.
   double smem_bytes = 0;       // Estimated shared memory per program, bytes.
   double stage_bytes = 0;      // Bytes one program loads per pipeline stage (loop iteration).
   double buffers = 1;          // Loads a program keeps in flight (pipeline depth).
