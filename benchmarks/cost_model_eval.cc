@@ -37,32 +37,42 @@ std::string Fixed(double v, int digits) {
   return buf;
 }
 
-void PrintLeaveOneOut(const std::vector<ProblemTable>& tables, const CostModelOptions& options) {
-  const auto results = dr_kernel::LeaveOneProblemOut(tables, options);
+void PrintLeaveOneOut(const std::vector<ProblemTable>& tables, const CostModelOptions& options,
+                      const dr_kernel::OnlineSettings* online) {
+  const auto results = dr_kernel::LeaveOneProblemOut(tables, options, {}, 1.05, online);
   std::printf("\n### Leave one problem out, %s static features\n\n",
               options.use_static_features ? "with" : "without");
   std::printf("| held-out problem | configs (ok) | Spearman | top-10 in top-50 | predicted best / oracle | "
-              "evals to 1.05x: model | random (expected) | failures caught | false alarms | fit s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+              "evals to 1.05x: model | random (expected) | failures caught | false alarms | fit s |%s\n",
+              online ? " evals to 1.05x: online | refit s |" : "");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|%s\n", online ? "---|---|" : "");
   double spearman = 0, recall = 0, hits = 0;
-  std::vector<double> evals;
+  std::vector<double> evals, online_evals;
   for (const auto& r : results) {
     const auto& f = r.figures;
-    std::printf("| %s | %zu (%zu) | %.3f | %.1f | %s | %lld | %.0f | %zu / %zu | %zu | %.2f |\n", f.problem.c_str(),
+    std::printf("| %s | %zu (%zu) | %.3f | %.1f | %s | %lld | %.0f | %zu / %zu | %zu | %.2f |", f.problem.c_str(),
                 f.configs, f.ok_configs, f.spearman, f.top10_in_top50, Fixed(f.top1_over_oracle, 3).c_str(),
                 static_cast<long long>(f.evals_to_within), f.random_evals_to_within, f.failures_caught, f.failures,
                 f.false_alarms, r.fit_s);
+    if (online) {
+      std::printf(" %lld | %.2f |", static_cast<long long>(r.online.evals_to_within), r.online.mean_refit_s);
+      online_evals.push_back(static_cast<double>(r.online.evals_to_within));
+    }
+    std::printf("\n");
     spearman += f.spearman;
     recall += f.top10_in_top50;
     hits += f.top1_over_oracle <= 1.05 ? 1 : 0;
     evals.push_back(static_cast<double>(f.evals_to_within));
   }
   const double n = static_cast<double>(results.size());
-  std::sort(evals.begin(), evals.end());
-  const double median = evals.size() % 2 ? evals[evals.size() / 2]
-                                         : 0.5 * (evals[evals.size() / 2 - 1] + evals[evals.size() / 2]);
-  std::printf("| **mean over %zu problems** | | **%.3f** | **%.2f** | %.0f of %zu within 1.05x | median %.1f | | | | |\n",
-              results.size(), spearman / n, recall / n, hits, results.size(), median);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  std::printf("| **mean over %zu problems** | | **%.3f** | **%.2f** | %.0f of %zu within 1.05x | median %.1f | | | | |",
+              results.size(), spearman / n, recall / n, hits, results.size(), median(evals));
+  if (online) std::printf(" median %.1f | |", median(online_evals));
+  std::printf("\n");
 }
 
 void PrintTimings(const std::vector<ProblemTable>& tables, const CostModelOptions& options) {
@@ -126,6 +136,13 @@ void PrintPredictedHeads(const std::vector<ProblemTable>& tables, const CostMode
       std::printf("  %-80s predicted %.4f +- %.2f  measured/oracle %s\n", dr_kernel::ToJson(row.config).c_str(),
                   p.ms(), p.log_ms_std, Fixed(row.measurement.objective() / t.oracle_ms(), 3).c_str());
     }
+    for (const auto& row : t.rows) {
+      const auto p = model.Predict(t.problem, row.config);
+      if (row.measurement.ok() == (p.p_fail < 0.5)) continue;
+      std::printf("  wrong failure call: %-70s p_fail %.2f, status %s, smem estimate %.0f\n",
+                  dr_kernel::ToJson(row.config).c_str(), p.p_fail, dr_kernel::ToString(row.measurement.status),
+                  model.features().Estimate(t.problem, row.config).smem_bytes);
+    }
   }
 }
 
@@ -181,6 +198,10 @@ int main(int argc, char** argv) {
   options.time_trees.l2 = std::stod(get("--l2", std::to_string(options.time_trees.l2)));
   options.time_trees.subsample = std::stod(get("--subsample", std::to_string(options.time_trees.subsample)));
   options.time_trees.colsample = std::stod(get("--colsample", std::to_string(options.time_trees.colsample)));
+  options.failure_trees.min_samples_leaf =
+      std::stoi(get("--fail-leaf", std::to_string(options.failure_trees.min_samples_leaf)));
+  options.failure_trees.max_depth = std::stoi(get("--fail-depth", std::to_string(options.failure_trees.max_depth)));
+  options.failure_trees.num_trees = std::stoi(get("--fail-trees", std::to_string(options.failure_trees.num_trees)));
   options.seed = std::stoull(get("--seed", "0"));
   options.threads = std::stoi(get("--threads", "0"));
   const std::string baseline = get("--baseline", "analytic");
@@ -211,7 +232,9 @@ int main(int argc, char** argv) {
   for (const bool with_static : {false, true}) {
     if (use_static != "both" && (use_static == "1") != with_static) continue;
     options.use_static_features = with_static;
-    PrintLeaveOneOut(tables, options);
+    dr_kernel::OnlineSettings online;
+    online.weight = std::stod(get("--online-weight", "10"));
+    PrintLeaveOneOut(tables, options, get("--online", "1") == "1" ? &online : nullptr);
   }
   PrintAnalytic(tables);
   if (get("--timing", "1") == "1") {

@@ -121,9 +121,41 @@ RankingFigures EvaluateRanking(const CostModel& model, const ProblemTable& table
   return f;
 }
 
+OnlineFigures TuneOnline(CostModel& model, const ProblemTable& table, const OnlineSettings& settings) {
+  OnlineFigures f;
+  const double oracle = table.oracle_ms();
+  std::vector<char> measured(table.rows.size(), 0);
+  int64_t evals = 0;
+  double best = kInf, refit_s = 0;
+  f.evals_to_within = settings.budget + 1;
+  while (evals < settings.budget) {
+    const std::vector<size_t> order = PredictedOrder(model, table);
+    std::vector<std::pair<NamedValues, Measurement>> batch;
+    for (size_t i : order) {
+      if (measured[i]) continue;
+      if (static_cast<int>(batch.size()) == settings.batch || evals == settings.budget) break;
+      measured[i] = 1;
+      ++evals;
+      const Measurement& m = table.rows[i].measurement;
+      batch.emplace_back(table.rows[i].config, m);
+      best = std::min(best, m.objective());
+      if (best <= settings.within * oracle && f.evals_to_within > settings.budget) f.evals_to_within = evals;
+    }
+    if (batch.empty() || f.evals_to_within <= settings.budget) break;
+    const auto start = std::chrono::steady_clock::now();
+    model.Update(table.problem, batch, settings.weight);
+    refit_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++f.refits;
+  }
+  f.best_over_oracle = best / oracle;
+  f.mean_refit_s = f.refits ? refit_s / f.refits : 0;
+  return f;
+}
+
 std::vector<LeaveOneOutResult> LeaveOneProblemOut(const std::vector<ProblemTable>& tables,
                                                   const CostModelOptions& options,
-                                                  const std::vector<std::string>& families, double within) {
+                                                  const std::vector<std::string>& families, double within,
+                                                  const OnlineSettings* online) {
   std::vector<LeaveOneOutResult> out;
   for (size_t held = 0; held < tables.size(); ++held) {
     const std::string& family = tables[held].problem.family;
@@ -138,6 +170,7 @@ std::vector<LeaveOneOutResult> LeaveOneProblemOut(const std::vector<ProblemTable
     r.train_rows = model.num_rows();
     r.fit_s = std::chrono::duration<double>(stop - start).count();
     r.figures = EvaluateRanking(model, tables[held], within);
+    if (online) r.online = TuneOnline(model, tables[held], *online);
     out.push_back(std::move(r));
   }
   return out;

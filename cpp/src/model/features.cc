@@ -41,9 +41,9 @@ enum F : int {
   kPaddingWaste,
   kLoopItersLog2,
   kElemsPerThreadLog2,
+  kSmemOverLimit,
   kSmemEstimateLog2,
   kSmemFraction,
-  kSmemOverLimit,
   kBlocksPerSmBySmem,
   kWarpgroupMma,
   kSmFill,
@@ -64,15 +64,15 @@ enum F : int {
 std::vector<std::string> MakeNames() {
   std::vector<std::string> names = {"family_matmul", "family_attention", "family_softmax", "family_rmsnorm",
                                     "family_other"};
-  for (int i = 0; i < feature::kMaxConfigSlots; ++i) names.push_back("config" + std::to_string(i) + "_log2");
+  for (int i = 0; i < feature::kMaxConfigSlots; ++i) names.push_back("extra_param" + std::to_string(i) + "_log2");
   for (int i = 0; i < feature::kMaxShapeSlots; ++i) names.push_back("shape" + std::to_string(i) + "_log2");
   for (const char* n :
        {"num_warps_log2", "num_stages", "block_m_log2", "block_n_log2", "block_k_log2", "block_log2",
         "group_log2", "block_product_log2", "problem_flops_log2", "problem_bytes_log2",
         "problem_intensity_log2", "roofline_ms_log2", "programs_log2", "waves", "tail_efficiency",
         "resident_waves", "tile_flops_log2", "tile_bytes_log2", "tile_intensity_log2", "traffic_ratio_log2",
-        "padding_waste", "loop_iters_log2", "elems_per_thread_log2", "smem_estimate_log2", "smem_fraction",
-        "smem_over_limit", "blocks_per_sm_by_smem", "warpgroup_mma", "sm_fill",
+        "padding_waste", "loop_iters_log2", "elems_per_thread_log2", "smem_over_limit", "smem_estimate_log2",
+        "smem_fraction", "blocks_per_sm_by_smem", "warpgroup_mma", "sm_fill",
         "inflight_bytes_log2", "analytic_ms_log2", "analytic_over_roofline_log2", "regs_estimate",
         "spill_estimate_log2", "static_missing", "n_regs",
         "n_spills_log2", "shared_log2", "blocks_per_sm_by_regs", "resident_warps_per_sm"})
@@ -250,6 +250,14 @@ bool EstimateRmsnorm(const Problem& problem, const Lookup& shape, const Lookup& 
   return EstimateRowwise(problem, shape, config, /*passes=*/2, /*flops_per_elem=*/4, e);
 }
 
+// True for the parameter names that have their own features (blocks, group, warps, stages).
+bool IsRole(const std::string& name) {
+  for (const auto& role : {kBlockM, kBlockN, kBlockK, kBlock, kGroup})
+    for (const char* spelling : role)
+      if (name == spelling) return true;
+  return name == "num_warps" || name == "num_stages";
+}
+
 struct FamilyModel {
   const char* family;
   int one_hot;  // Position of the family's indicator feature.
@@ -373,16 +381,19 @@ void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config
     return Log2(ToDouble(v));
   };
   // Slots follow the names' alphabetical order, so that a space that lists its parameters in
-  // another order than the recorded tables still gets the same features.
-  auto fill_sorted = [&](const NamedValues& values, int first, int slots) {
+  // another order than the recorded tables still gets the same features. Config slots take only
+  // the parameters without a named feature below: the same slot holding BLOCK_K for one family
+  // and BLOCK_M for another taught trees false lessons across families.
+  auto fill_sorted = [&](const NamedValues& values, int first, int slots, bool skip_roles) {
     const NamedValue* sorted[16];
-    const size_t n = std::min<size_t>(values.size(), 16);
-    for (size_t i = 0; i < n; ++i) sorted[i] = &values[i];
+    size_t n = 0;
+    for (size_t i = 0; i < values.size() && n < 16; ++i)
+      if (!skip_roles || !IsRole(values[i].first)) sorted[n++] = &values[i];
     std::sort(sorted, sorted + n, [](const NamedValue* a, const NamedValue* b) { return a->first < b->first; });
     for (size_t i = 0; i < n && i < static_cast<size_t>(slots); ++i) out[first + i] = slot(sorted[i]->second);
   };
-  fill_sorted(config, kConfig0, feature::kMaxConfigSlots);
-  fill_sorted(problem.shape, kShape0, feature::kMaxShapeSlots);
+  fill_sorted(config, kConfig0, feature::kMaxConfigSlots, /*skip_roles=*/true);
+  fill_sorted(problem.shape, kShape0, feature::kMaxShapeSlots, /*skip_roles=*/false);
 
   // Generic: the launch parameters and block sizes by their usual names.
   const Launch launch = LaunchOf(cfg);

@@ -35,14 +35,11 @@ TEST(FeaturesTest, RecordedMatmulRowMatchesHandComputedValues) {
 
   EXPECT_EQ(At(f, "family_matmul"), 1);
   EXPECT_EQ(At(f, "family_other"), 0);
-  // Config slots by name: BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, num_stages, num_warps.
-  EXPECT_DOUBLE_EQ(At(f, "config0_log2"), 6);
-  EXPECT_DOUBLE_EQ(At(f, "config1_log2"), 7);
-  EXPECT_DOUBLE_EQ(At(f, "config2_log2"), 8);
-  EXPECT_DOUBLE_EQ(At(f, "config3_log2"), 3);
-  EXPECT_DOUBLE_EQ(At(f, "config4_log2"), std::log2(3.0));
-  EXPECT_DOUBLE_EQ(At(f, "config5_log2"), 3);
-  EXPECT_DOUBLE_EQ(At(f, "config6_log2"), 0);
+  // Every parameter has a named feature, so the extra slots stay empty.
+  EXPECT_DOUBLE_EQ(At(f, "block_k_log2"), 6);
+  EXPECT_DOUBLE_EQ(At(f, "block_n_log2"), 8);
+  EXPECT_DOUBLE_EQ(At(f, "group_log2"), 3);
+  EXPECT_DOUBLE_EQ(At(f, "extra_param0_log2"), 0);
   EXPECT_DOUBLE_EQ(At(f, "shape0_log2"), 12);  // K, M, N.
   EXPECT_DOUBLE_EQ(At(f, "num_warps_log2"), 3);
   EXPECT_DOUBLE_EQ(At(f, "num_stages"), 3);
@@ -138,6 +135,7 @@ TEST(FeaturesTest, UnknownFamiliesGetGenericFeaturesOnly) {
   EXPECT_EQ(At(f, "programs_log2"), 0);
   EXPECT_EQ(fx.LogRooflineMs(p), 0);
   EXPECT_DOUBLE_EQ(At(f, "block_log2"), 10);           // BLOCK_SIZE is the 1-D block.
+  EXPECT_DOUBLE_EQ(At(f, "extra_param0_log2"), 2);     // UNROLL.
   EXPECT_DOUBLE_EQ(At(f, "elems_per_thread_log2"), 2);  // 1024 / (32 * 8).
   EXPECT_DOUBLE_EQ(At(f, "shape0_log2"), 0);            // dtype (a string) sorts first.
   EXPECT_DOUBLE_EQ(At(f, "shape1_log2"), 20);

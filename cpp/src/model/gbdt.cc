@@ -155,7 +155,9 @@ class TreeGrower {
         const double gr = G - gl, hr = H - hl;
         if (hl <= 1e-9 || hr <= 1e-9) continue;
         const double gain = gl * gl / (hl + lambda) + gr * gr / (hr + lambda) - parent;
-        if (gain > best.gain) {
+        // Near-ties (equal partitions summed in another order) go to the earlier feature, so that
+        // an exact indicator listed first beats a continuous twin.
+        if (gain > best.gain + 1e-9 * std::abs(best.gain)) {
           best.gain = gain;
           best.feature = static_cast<int>(f);
           best.bin = static_cast<int>(b);

@@ -44,11 +44,31 @@ std::vector<size_t> PredictedOrder(const CostModel& model, const ProblemTable& t
 // Figures of one table against a fitted model; `within` is the "near the oracle" factor.
 RankingFigures EvaluateRanking(const CostModel& model, const ProblemTable& table, double within = 1.05);
 
+// The cost-model baseline tuning online: measure the `batch` configs predicted best that are not
+// measured yet, add their measurements to the model with `weight`, refit, and repeat.
+struct OnlineSettings {
+  int batch = 8;
+  double weight = 10.0;  // Rows of the problem being tuned count this many times.
+  int64_t budget = 200;  // Evaluations at most.
+  double within = 1.05;
+};
+
+struct OnlineFigures {
+  int64_t evals_to_within = 0;  // budget + 1 when never within.
+  double best_over_oracle = kInf;  // At the end.
+  int refits = 0;
+  double mean_refit_s = 0;  // Wall seconds per Update.
+};
+
+// Runs the online baseline on `table` starting from `model` (fitted; updated in place).
+OnlineFigures TuneOnline(CostModel& model, const ProblemTable& table, const OnlineSettings& settings);
+
 // One held-out problem of a leave-one-problem-out evaluation.
 struct LeaveOneOutResult {
   RankingFigures figures;
   size_t train_rows = 0;  // Rows of the other problems the model was fitted on.
   double fit_s = 0;       // Wall seconds of the fit.
+  OnlineFigures online;   // When asked for.
 };
 
 // For each table whose family is in `families` (all when empty): fits a model with `options` on
@@ -56,7 +76,7 @@ struct LeaveOneOutResult {
 std::vector<LeaveOneOutResult> LeaveOneProblemOut(const std::vector<ProblemTable>& tables,
                                                   const CostModelOptions& options,
                                                   const std::vector<std::string>& families = {},
-                                                  double within = 1.05);
+                                                  double within = 1.05, const OnlineSettings* online = nullptr);
 
 }  // namespace dr_kernel
 

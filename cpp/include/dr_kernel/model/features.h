@@ -1,8 +1,9 @@
 // Features of a (problem, configuration) pair for the cost model: a fixed-length vector of numbers
 // that says, in a GPU's terms, what launching the kernel with that configuration will do.
 //
-// Every family gets generic features (log2 of each config and shape value, the usual Triton
-// launch parameters, static analysis of the compiled kernel when known). Families whose semantics
+// Every family gets generic features (log2 of each config and shape value: block sizes, group,
+// warps and stages by name, other parameters by position in name order; the usual Triton launch
+// parameters, static analysis of the compiled kernel when known). Families whose semantics
 // are known (matmul, attention, softmax, rmsnorm) also get derived features: program instances,
 // waves over the SMs, tail-wave efficiency, work and traffic per program, padding waste, loop trip
 // counts, registers' worth of live elements per thread, an estimate of shared memory. The family
@@ -112,7 +113,7 @@ class FeatureExtractor {
 
 // Positions of some features in the vector, for tests and for masking.
 namespace feature {
-constexpr int kMaxConfigSlots = 8;  // log2 of the first 8 config values, by name.
+constexpr int kMaxConfigSlots = 6;  // log2 of the first 6 other config values, by name.
 constexpr int kMaxShapeSlots = 6;   // log2 of the first 6 shape values, by name.
 }  // namespace feature
 
