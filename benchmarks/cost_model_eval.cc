@@ -6,9 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
-#include <ctime>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <string>
 #include <vector>
@@ -42,18 +43,19 @@ void PrintLeaveOneOut(const std::vector<ProblemTable>& tables, const CostModelOp
   const auto results = dr_kernel::LeaveOneProblemOut(tables, options, {}, 1.05, online);
   std::printf("\n### Leave one problem out, %s static features\n\n",
               options.use_static_features ? "with" : "without");
-  std::printf("| held-out problem | configs (ok) | Spearman | top-10 in top-50 | predicted best / oracle | "
-              "evals to 1.05x: model | random (expected) | failures caught | false alarms | fit s |%s\n",
-              online ? " evals to 1.05x: online | refit s |" : "");
+  std::printf(
+      "| held-out problem | configs (ok) | Spearman | top-10 in top-50 | predicted best / oracle | "
+      "evals to 1.05x: model | random (expected) | failures caught | false alarms | fit s |%s\n",
+      online ? " evals to 1.05x: online | refit s |" : "");
   std::printf("|---|---|---|---|---|---|---|---|---|---|%s\n", online ? "---|---|" : "");
   double spearman = 0, recall = 0, hits = 0;
   std::vector<double> evals, online_evals;
   for (const auto& r : results) {
     const auto& f = r.figures;
-    std::printf("| %s | %zu (%zu) | %.3f | %.1f | %s | %lld | %.0f | %zu / %zu | %zu | %.2f |", f.problem.c_str(),
-                f.configs, f.ok_configs, f.spearman, f.top10_in_top50, Fixed(f.top1_over_oracle, 3).c_str(),
-                static_cast<long long>(f.evals_to_within), f.random_evals_to_within, f.failures_caught, f.failures,
-                f.false_alarms, r.fit_s);
+    std::printf("| %s | %zu (%zu) | %.3f | %.1f | %s | %lld | %.0f | %zu / %zu | %zu | %.2f |",
+                f.problem.c_str(), f.configs, f.ok_configs, f.spearman, f.top10_in_top50,
+                Fixed(f.top1_over_oracle, 3).c_str(), static_cast<long long>(f.evals_to_within),
+                f.random_evals_to_within, f.failures_caught, f.failures, f.false_alarms, r.fit_s);
     if (online) {
       std::printf(" %lld | %.2f |", static_cast<long long>(r.online.evals_to_within), r.online.mean_refit_s);
       online_evals.push_back(static_cast<double>(r.online.evals_to_within));
@@ -69,8 +71,10 @@ void PrintLeaveOneOut(const std::vector<ProblemTable>& tables, const CostModelOp
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
   };
-  std::printf("| **mean over %zu problems** | | **%.3f** | **%.2f** | %.0f of %zu within 1.05x | median %.1f | | | | |",
-              results.size(), spearman / n, recall / n, hits, results.size(), median(evals));
+  std::printf(
+      "| **mean over %zu problems** | | **%.3f** | **%.2f** | %.0f of %zu within 1.05x | median %.1f | | | | "
+      "|",
+      results.size(), spearman / n, recall / n, hits, results.size(), median(evals));
   if (online) std::printf(" median %.1f | |", median(online_evals));
   std::printf("\n");
 }
@@ -87,7 +91,8 @@ void PrintTimings(const std::vector<ProblemTable>& tables, const CostModelOption
   // Online update: 8 new measurements (here: rows already known, re-added) then a full refit.
   const ProblemTable& t = tables.front();
   std::vector<std::pair<dr_kernel::NamedValues, dr_kernel::Measurement>> batch;
-  for (size_t i = 0; i < 8 && i < t.rows.size(); ++i) batch.emplace_back(t.rows[i].config, t.rows[i].measurement);
+  for (size_t i = 0; i < 8 && i < t.rows.size(); ++i)
+    batch.emplace_back(t.rows[i].config, t.rows[i].measurement);
   start = std::chrono::steady_clock::now();
   cpu0 = CpuSeconds();
   model.Update(t.problem, batch);
@@ -110,14 +115,48 @@ void PrintTimings(const std::vector<ProblemTable>& tables, const CostModelOption
     for (const auto& in : inputs) sink += model.Predict(in).log_ms;
   const double trees_us = (CpuSeconds() - cpu) * 1e6 / (reps * inputs.size());
 
-  std::printf("\n### Timings (all %zu rows, %d members x %d trees of depth %d, %d threads)\n\n", model.num_rows(),
-              options.ensemble_size, options.time_trees.num_trees, options.time_trees.max_depth, options.threads);
+  std::printf("\n### Timings (all %zu rows, %d members x %d trees of depth %d, %d threads)\n\n",
+              model.num_rows(), options.ensemble_size, options.time_trees.num_trees,
+              options.time_trees.max_depth, options.threads);
   std::printf("| what | wall | CPU (all threads) |\n|---|---|---|\n");
   std::printf("| Fit (all rows) | %.0f ms | %.0f ms |\n", fit_s * 1e3, fit_cpu_s * 1e3);
   std::printf("| Update (8 rows + refit) | %.0f ms | %.0f ms |\n", update_s * 1e3, update_cpu_s * 1e3);
   std::printf("| Predict one config (features + trees) | | %.2f us |\n", full_us);
   std::printf("| Predict one config (trees only, features kept) | | %.2f us |\n", trees_us);
   if (sink == 12345.678) std::printf("\n");
+}
+
+// The spread of the leave-one-out figures over model seeds.
+void PrintSeedSpread(const std::vector<ProblemTable>& tables, CostModelOptions options, int seeds) {
+  std::map<std::string, std::vector<dr_kernel::RankingFigures>> by_problem;
+  std::vector<std::string> order;
+  for (int s = 0; s < seeds; ++s) {
+    options.seed = static_cast<uint64_t>(s);
+    for (const auto& r : dr_kernel::LeaveOneProblemOut(tables, options)) {
+      if (!by_problem.count(r.figures.problem)) order.push_back(r.figures.problem);
+      by_problem[r.figures.problem].push_back(r.figures);
+    }
+  }
+  std::printf("\n### Spread over %d model seeds (without static features)\n\n", seeds);
+  std::printf(
+      "| held-out problem | Spearman mean (min - max) | predicted best within 1.05x | "
+      "evals to 1.05x (min - max) |\n|---|---|---|---|\n");
+  for (const auto& name : order) {
+    const auto& v = by_problem[name];
+    double mean = 0, lo = 1, hi = -1;
+    int within = 0;
+    int64_t emin = INT64_MAX, emax = 0;
+    for (const auto& f : v) {
+      mean += f.spearman / v.size();
+      lo = std::min(lo, f.spearman);
+      hi = std::max(hi, f.spearman);
+      within += f.top1_over_oracle <= 1.05;
+      emin = std::min(emin, f.evals_to_within);
+      emax = std::max(emax, f.evals_to_within);
+    }
+    std::printf("| %s | %.3f (%.3f - %.3f) | %d of %zu | %lld - %lld |\n", name.c_str(), mean, lo, hi, within,
+                v.size(), static_cast<long long>(emin), static_cast<long long>(emax));
+  }
 }
 
 // For diagnosis: the first `show` configs of the predicted order of each held-out problem.
@@ -133,14 +172,16 @@ void PrintPredictedHeads(const std::vector<ProblemTable>& tables, const CostMode
     for (int i = 0; i < show && i < static_cast<int>(order.size()); ++i) {
       const auto& row = t.rows[order[i]];
       const auto p = model.Predict(t.problem, row.config);
-      std::printf("  %-80s predicted %.4f +- %.2f  measured/oracle %s\n", dr_kernel::ToJson(row.config).c_str(),
-                  p.ms(), p.log_ms_std, Fixed(row.measurement.objective() / t.oracle_ms(), 3).c_str());
+      std::printf("  %-80s predicted %.4f +- %.2f  measured/oracle %s\n",
+                  dr_kernel::ToJson(row.config).c_str(), p.ms(), p.log_ms_std,
+                  Fixed(row.measurement.objective() / t.oracle_ms(), 3).c_str());
     }
     for (const auto& row : t.rows) {
       const auto p = model.Predict(t.problem, row.config);
       if (row.measurement.ok() == (p.p_fail < 0.5)) continue;
       std::printf("  wrong failure call: %-70s p_fail %.2f, status %s, smem estimate %.0f\n",
-                  dr_kernel::ToJson(row.config).c_str(), p.p_fail, dr_kernel::ToString(row.measurement.status),
+                  dr_kernel::ToJson(row.config).c_str(), p.p_fail,
+                  dr_kernel::ToString(row.measurement.status),
                   model.features().Estimate(t.problem, row.config).smem_bytes);
     }
   }
@@ -200,8 +241,10 @@ int main(int argc, char** argv) {
   options.time_trees.colsample = std::stod(get("--colsample", std::to_string(options.time_trees.colsample)));
   options.failure_trees.min_samples_leaf =
       std::stoi(get("--fail-leaf", std::to_string(options.failure_trees.min_samples_leaf)));
-  options.failure_trees.max_depth = std::stoi(get("--fail-depth", std::to_string(options.failure_trees.max_depth)));
-  options.failure_trees.num_trees = std::stoi(get("--fail-trees", std::to_string(options.failure_trees.num_trees)));
+  options.failure_trees.max_depth =
+      std::stoi(get("--fail-depth", std::to_string(options.failure_trees.max_depth)));
+  options.failure_trees.num_trees =
+      std::stoi(get("--fail-trees", std::to_string(options.failure_trees.num_trees)));
   options.seed = std::stoull(get("--seed", "0"));
   options.threads = std::stoi(get("--threads", "0"));
   const std::string baseline = get("--baseline", "analytic");
@@ -218,12 +261,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("## Cost model: leave-one-problem-out on the bundled H200 tables\n\n");
-  std::printf("Options: %d members, %d trees, depth %d, learning rate %.3g, min leaf %d, l2 %.3g, subsample %.2f, "
-              "colsample %.2f, seed %llu, baseline %s.\n",
-              options.ensemble_size, options.time_trees.num_trees, options.time_trees.max_depth,
-              options.time_trees.learning_rate, options.time_trees.min_samples_leaf, options.time_trees.l2,
-              options.time_trees.subsample, options.time_trees.colsample,
-              static_cast<unsigned long long>(options.seed), baseline.c_str());
+  std::printf(
+      "Options: %d members, %d trees, depth %d, learning rate %.3g, min leaf %d, l2 %.3g, subsample %.2f, "
+      "colsample %.2f, seed %llu, baseline %s.\n",
+      options.ensemble_size, options.time_trees.num_trees, options.time_trees.max_depth,
+      options.time_trees.learning_rate, options.time_trees.min_samples_leaf, options.time_trees.l2,
+      options.time_trees.subsample, options.time_trees.colsample,
+      static_cast<unsigned long long>(options.seed), baseline.c_str());
   if (const int show = std::stoi(get("--show", "0")); show > 0) {
     options.use_static_features = use_static == "1";
     PrintPredictedHeads(tables, options, show);
@@ -235,6 +279,10 @@ int main(int argc, char** argv) {
     dr_kernel::OnlineSettings online;
     online.weight = std::stod(get("--online-weight", "10"));
     PrintLeaveOneOut(tables, options, get("--online", "1") == "1" ? &online : nullptr);
+  }
+  if (const int seeds = std::stoi(get("--seeds", "5")); seeds > 1) {
+    options.use_static_features = false;
+    PrintSeedSpread(tables, options, seeds);
   }
   PrintAnalytic(tables);
   if (get("--timing", "1") == "1") {

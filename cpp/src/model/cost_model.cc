@@ -25,7 +25,8 @@ bool IsFailure(Status s) { return s != Status::kOk && s != Status::kInvalid; }
 // Runs fn(0..n) on up to `threads` threads; each index writes only its own results.
 template <typename Fn>
 void ParallelFor(size_t n, int threads, Fn fn) {
-  size_t workers = threads > 0 ? static_cast<size_t>(threads) : std::max(1u, std::thread::hardware_concurrency());
+  size_t workers =
+      threads > 0 ? static_cast<size_t>(threads) : std::max(1u, std::thread::hardware_concurrency());
   workers = std::min(workers, n);
   if (workers <= 1) {
     for (size_t i = 0; i < n; ++i) fn(i);
@@ -111,7 +112,8 @@ CostModel::CostModel(CostModelOptions options, DeviceDescription device)
 }
 
 size_t CostModel::num_ok_rows() const {
-  return static_cast<size_t>(std::count_if(rows_.begin(), rows_.end(), [](const Row& r) { return r.status == Status::kOk; }));
+  return static_cast<size_t>(
+      std::count_if(rows_.begin(), rows_.end(), [](const Row& r) { return r.status == Status::kOk; }));
 }
 
 ModelInput CostModel::Input(const Problem& problem, const NamedValues& config,
@@ -284,8 +286,9 @@ void CostModel::Save(std::ostream& out) const {
   // Device.
   const DeviceDescription& d = extractor_.device();
   io::WriteString(out, d.name);
-  for (int64_t v : {int64_t{d.sm_count}, d.smem_per_block, d.smem_per_sm, int64_t{d.regs_per_sm},
-                    int64_t{d.max_threads_per_sm}, int64_t{d.max_blocks_per_sm}, int64_t{d.has_warpgroup_mma}})
+  for (int64_t v :
+       {int64_t{d.sm_count}, d.smem_per_block, d.smem_per_sm, int64_t{d.regs_per_sm},
+        int64_t{d.max_threads_per_sm}, int64_t{d.max_blocks_per_sm}, int64_t{d.has_warpgroup_mma}})
     io::WriteU64(out, static_cast<uint64_t>(v));
   io::WriteF64(out, d.peak_tflops);
   io::WriteF64(out, d.dram_tb_per_s);
@@ -320,8 +323,9 @@ CostModel CostModel::Load(std::istream& in) {
   char magic[sizeof kMagic - 1] = {};
   in.read(magic, sizeof magic);
   if (!in || std::memcmp(magic, kMagic, sizeof magic) != 0)
-    throw ModelError("the stream is not a dr_kernel cost model (it does not start with 'dr_kernel cost model'); "
-                     "pass a file written by CostModel::Save");
+    throw ModelError(
+        "the stream is not a dr_kernel cost model (it does not start with 'dr_kernel cost model'); "
+        "pass a file written by CostModel::Save");
   const uint64_t version = io::ReadU64(in, "the format version");
   if (version != kFormatVersion)
     throw ModelError("the cost model was saved in format version " + std::to_string(version) +
@@ -369,7 +373,8 @@ CostModel CostModel::Load(std::istream& in) {
 
   CostModel model(o, d);
   const uint64_t num_rows = io::ReadU64(in, "the training rows");
-  if (num_rows > (1u << 26)) throw ModelError("the cost model stream has an implausible row count; it is corrupt");
+  if (num_rows > (1u << 26))
+    throw ModelError("the cost model stream has an implausible row count; it is corrupt");
   model.rows_.resize(num_rows);
   for (Row& r : model.rows_) {
     r.family = io::ReadString(in, "a training row");
@@ -378,7 +383,8 @@ CostModel CostModel::Load(std::istream& in) {
     r.log_offset = io::ReadF64(in, "a training row");
     r.log_ms = io::ReadF64(in, "a training row");
     const uint64_t s = io::ReadU64(in, "a training row");
-    if (s >= kNumStatuses) throw ModelError("the cost model stream has a row with an unknown status; it is corrupt");
+    if (s >= kNumStatuses)
+      throw ModelError("the cost model stream has a row with an unknown status; it is corrupt");
     r.status = static_cast<Status>(s);
     r.weight = io::ReadF64(in, "a training row");
   }
@@ -391,14 +397,17 @@ CostModel CostModel::Load(std::istream& in) {
   if (members > 10000) throw ModelError("the cost model stream has an implausible ensemble; it is corrupt");
   for (uint64_t i = 0; i < members; ++i) model.members_.push_back(Gbdt::Load(in));
   const uint64_t classifiers = io::ReadU64(in, "the failure classifiers");
-  if (classifiers > kNumStatuses) throw ModelError("the cost model stream has too many classifiers; it is corrupt");
+  if (classifiers > kNumStatuses)
+    throw ModelError("the cost model stream has too many classifiers; it is corrupt");
   for (uint64_t i = 0; i < classifiers; ++i) {
     const uint64_t s = io::ReadU64(in, "a failure classifier");
-    if (s >= kNumStatuses) throw ModelError("the cost model stream has an unknown failure status; it is corrupt");
+    if (s >= kNumStatuses)
+      throw ModelError("the cost model stream has an unknown failure status; it is corrupt");
     model.failure_models_.emplace_back(static_cast<Status>(s), Gbdt::Load(in));
   }
   for (const Gbdt& m : model.members_)
-    if (m.num_features() != nf) throw ModelError("a saved tree ensemble disagrees with the feature count; it is corrupt");
+    if (m.num_features() != nf)
+      throw ModelError("a saved tree ensemble disagrees with the feature count; it is corrupt");
   return model;
 }
 

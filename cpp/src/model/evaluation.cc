@@ -101,8 +101,9 @@ RankingFigures EvaluateRanking(const CostModel& model, const ProblemTable& table
 
   // The true top 10 among the ok configs.
   std::vector<size_t> by_time = ok;
-  std::stable_sort(by_time.begin(), by_time.end(),
-                   [&](size_t a, size_t b) { return table.rows[a].measurement.ms < table.rows[b].measurement.ms; });
+  std::stable_sort(by_time.begin(), by_time.end(), [&](size_t a, size_t b) {
+    return table.rows[a].measurement.ms < table.rows[b].measurement.ms;
+  });
   const size_t top = std::min<size_t>(10, by_time.size());
   const size_t head = std::min<size_t>(50, order.size());
   size_t hits = 0;

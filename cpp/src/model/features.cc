@@ -64,18 +64,49 @@ enum F : int {
 std::vector<std::string> MakeNames() {
   std::vector<std::string> names = {"family_matmul", "family_attention", "family_softmax", "family_rmsnorm",
                                     "family_other"};
-  for (int i = 0; i < feature::kMaxConfigSlots; ++i) names.push_back("extra_param" + std::to_string(i) + "_log2");
+  for (int i = 0; i < feature::kMaxConfigSlots; ++i)
+    names.push_back("extra_param" + std::to_string(i) + "_log2");
   for (int i = 0; i < feature::kMaxShapeSlots; ++i) names.push_back("shape" + std::to_string(i) + "_log2");
-  for (const char* n :
-       {"num_warps_log2", "num_stages", "block_m_log2", "block_n_log2", "block_k_log2", "block_log2",
-        "group_log2", "block_product_log2", "problem_flops_log2", "problem_bytes_log2",
-        "problem_intensity_log2", "roofline_ms_log2", "programs_log2", "waves", "tail_efficiency",
-        "resident_waves", "tile_flops_log2", "tile_bytes_log2", "tile_intensity_log2", "traffic_ratio_log2",
-        "padding_waste", "loop_iters_log2", "elems_per_thread_log2", "smem_over_limit", "smem_estimate_log2",
-        "smem_fraction", "blocks_per_sm_by_smem", "warpgroup_mma", "sm_fill",
-        "inflight_bytes_log2", "analytic_ms_log2", "analytic_over_roofline_log2", "regs_estimate",
-        "spill_estimate_log2", "static_missing", "n_regs",
-        "n_spills_log2", "shared_log2", "blocks_per_sm_by_regs", "resident_warps_per_sm"})
+  for (const char* n : {"num_warps_log2",
+                        "num_stages",
+                        "block_m_log2",
+                        "block_n_log2",
+                        "block_k_log2",
+                        "block_log2",
+                        "group_log2",
+                        "block_product_log2",
+                        "problem_flops_log2",
+                        "problem_bytes_log2",
+                        "problem_intensity_log2",
+                        "roofline_ms_log2",
+                        "programs_log2",
+                        "waves",
+                        "tail_efficiency",
+                        "resident_waves",
+                        "tile_flops_log2",
+                        "tile_bytes_log2",
+                        "tile_intensity_log2",
+                        "traffic_ratio_log2",
+                        "padding_waste",
+                        "loop_iters_log2",
+                        "elems_per_thread_log2",
+                        "smem_over_limit",
+                        "smem_estimate_log2",
+                        "smem_fraction",
+                        "blocks_per_sm_by_smem",
+                        "warpgroup_mma",
+                        "sm_fill",
+                        "inflight_bytes_log2",
+                        "analytic_ms_log2",
+                        "analytic_over_roofline_log2",
+                        "regs_estimate",
+                        "spill_estimate_log2",
+                        "static_missing",
+                        "n_regs",
+                        "n_spills_log2",
+                        "shared_log2",
+                        "blocks_per_sm_by_regs",
+                        "resident_warps_per_sm"})
     names.push_back(n);
   if (names.size() != static_cast<size_t>(kCount)) throw std::logic_error("feature names out of step");
   return names;
@@ -135,8 +166,8 @@ constexpr std::initializer_list<const char*> kBlock = {"BLOCK", "BLOCK_SIZE"};
 constexpr std::initializer_list<const char*> kGroup = {"GROUP_M", "GROUP_SIZE_M"};
 
 // C = A·B with M x K and K x N operands, one program per BLOCK_M x BLOCK_N tile looping over K.
-bool EstimateMatmul(const Problem& problem, const Lookup& shape, const Lookup& config, const DeviceDescription& dev,
-                    KernelEstimate* e) {
+bool EstimateMatmul(const Problem& problem, const Lookup& shape, const Lookup& config,
+                    const DeviceDescription& dev, KernelEstimate* e) {
   const double m = shape.Get({"M"}), n = shape.Get({"N"}), k = shape.Get({"K"});
   const double bm = config.Get(kBlockM), bn = config.Get(kBlockN), bk = config.Get(kBlockK);
   if (!(m > 0 && n > 0 && k > 0 && bm > 0 && bn > 0 && bk > 0)) return false;
@@ -240,13 +271,13 @@ bool EstimateRowwise(const Problem& problem, const Lookup& shape, const Lookup& 
   return true;
 }
 
-bool EstimateSoftmax(const Problem& problem, const Lookup& shape, const Lookup& config, const DeviceDescription&,
-                     KernelEstimate* e) {
+bool EstimateSoftmax(const Problem& problem, const Lookup& shape, const Lookup& config,
+                     const DeviceDescription&, KernelEstimate* e) {
   return EstimateRowwise(problem, shape, config, /*passes=*/2, /*flops_per_elem=*/5, e);
 }
 
-bool EstimateRmsnorm(const Problem& problem, const Lookup& shape, const Lookup& config, const DeviceDescription&,
-                     KernelEstimate* e) {
+bool EstimateRmsnorm(const Problem& problem, const Lookup& shape, const Lookup& config,
+                     const DeviceDescription&, KernelEstimate* e) {
   return EstimateRowwise(problem, shape, config, /*passes=*/2, /*flops_per_elem=*/4, e);
 }
 
@@ -304,9 +335,8 @@ double FeatureExtractor::AnalyticMs(const KernelEstimate& e, double num_warps) c
   // Spilled registers go to local memory and back once per loop iteration, through L2.
   const double spills = std::max(0.0, e.regs_per_thread - device_.max_regs_per_thread);
   const double spill_bytes = e.programs * 32 * num_warps * spills * 4 * 2 * std::max(1.0, e.loop_iters);
-  const double memory_ms =
-      std::max(e.bytes / std::max(dram, 1.0),
-               (e.programs * e.tile_bytes + spill_bytes) / (device_.l2_tb_per_s * 1e9));
+  const double memory_ms = std::max(e.bytes / std::max(dram, 1.0),
+                                    (e.programs * e.tile_bytes + spill_bytes) / (device_.l2_tb_per_s * 1e9));
   return std::max(compute_ms, memory_ms) + device_.launch_overhead_ms;
 }
 
@@ -353,8 +383,8 @@ double FeatureExtractor::LogRooflineMs(const Problem& problem) const {
   if (!family) return 0;
   // The problem's flops and bytes do not depend on the config; any config that names the blocks
   // will do, so ask with blocks of 64 (and BLOCK for row-wise kernels).
-  const NamedValues probe = {{"BLOCK_M", int64_t{64}}, {"BLOCK_N", int64_t{64}}, {"BLOCK_K", int64_t{64}},
-                             {"BLOCK", int64_t{1024}}};
+  const NamedValues probe = {
+      {"BLOCK_M", int64_t{64}}, {"BLOCK_N", int64_t{64}}, {"BLOCK_K", int64_t{64}}, {"BLOCK", int64_t{1024}}};
   KernelEstimate e;
   if (!family->estimate(problem, Lookup(problem.shape), Lookup(probe), device_, &e)) return 0;
   return std::log(device_.RooflineMs(e.flops, e.bytes));
@@ -389,7 +419,8 @@ void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config
     size_t n = 0;
     for (size_t i = 0; i < values.size() && n < 16; ++i)
       if (!skip_roles || !IsRole(values[i].first)) sorted[n++] = &values[i];
-    std::sort(sorted, sorted + n, [](const NamedValue* a, const NamedValue* b) { return a->first < b->first; });
+    std::sort(sorted, sorted + n,
+              [](const NamedValue* a, const NamedValue* b) { return a->first < b->first; });
     for (size_t i = 0; i < n && i < static_cast<size_t>(slots); ++i) out[first + i] = slot(sorted[i]->second);
   };
   fill_sorted(config, kConfig0, feature::kMaxConfigSlots, /*skip_roles=*/true);
@@ -437,10 +468,12 @@ void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config
     out[kSmemFraction] = e.smem_bytes / device_.smem_per_block;
     out[kSmemOverLimit] = e.smem_bytes > device_.smem_per_block ? 1 : 0;
     if (e.smem_bytes > 0)
-      blocks_per_sm_smem = std::min<double>(device_.max_blocks_per_sm, std::floor(device_.smem_per_sm / e.smem_bytes));
+      blocks_per_sm_smem =
+          std::min<double>(device_.max_blocks_per_sm, std::floor(device_.smem_per_sm / e.smem_bytes));
     out[kWarpgroupMma] = e.warpgroup_mma ? 1 : 0;
     out[kSmFill] = std::min(1.0, e.programs / sms);
-    const double resident_by_smem = std::max(1.0, std::min(blocks_per_sm_smem, std::floor(device_.max_threads_per_sm / (32 * launch.num_warps))));
+    const double resident_by_smem = std::max(
+        1.0, std::min(blocks_per_sm_smem, std::floor(device_.max_threads_per_sm / (32 * launch.num_warps))));
     out[kInflightBytesLog2] = Log2(std::min(e.programs, sms * resident_by_smem) * e.buffers * e.stage_bytes);
     const double analytic = AnalyticMs(e, launch.num_warps);
     out[kAnalyticMsLog2] = Log2(analytic);

@@ -21,8 +21,9 @@ TEST(FeaturesTest, RecordedMatmulRowMatchesHandComputedValues) {
   const ProblemTable* table = nullptr;
   for (const auto& t : tables)
     for (const auto& r : t.rows)
-      if (ToDouble(*Find(t.problem.shape, "M")) == 4096 && ToJson(r.config) ==
-          R"({"BLOCK_K":64,"BLOCK_M":128,"BLOCK_N":256,"GROUP_M":8,"num_stages":3,"num_warps":8})") {
+      if (ToDouble(*Find(t.problem.shape, "M")) == 4096 &&
+          ToJson(r.config) ==
+              R"({"BLOCK_K":64,"BLOCK_M":128,"BLOCK_N":256,"GROUP_M":8,"num_stages":3,"num_warps":8})") {
         row = &r;
         table = &t;
       }
@@ -107,12 +108,18 @@ TEST(FeaturesTest, MissingStaticFeaturesAreMarked) {
 
 TEST(FeaturesTest, ParameterOrderDoesNotMatter) {
   const Problem p{"attention",
-                  {{"Z", int64_t{2}}, {"H", int64_t{8}}, {"N_CTX", int64_t{2048}}, {"HEAD_DIM", int64_t{64}},
+                  {{"Z", int64_t{2}},
+                   {"H", int64_t{8}},
+                   {"N_CTX", int64_t{2048}},
+                   {"HEAD_DIM", int64_t{64}},
                    {"CAUSAL", true}},
-                  "", ""};
+                  "",
+                  ""};
   Problem q = p;
   std::reverse(q.shape.begin(), q.shape.end());
-  const NamedValues a = {{"BLOCK_M", int64_t{128}}, {"BLOCK_N", int64_t{64}}, {"num_warps", int64_t{4}},
+  const NamedValues a = {{"BLOCK_M", int64_t{128}},
+                         {"BLOCK_N", int64_t{64}},
+                         {"num_warps", int64_t{4}},
                          {"num_stages", int64_t{3}}};
   NamedValues b = a;
   std::reverse(b.begin(), b.end());
@@ -134,8 +141,8 @@ TEST(FeaturesTest, UnknownFamiliesGetGenericFeaturesOnly) {
   EXPECT_FALSE(fx.Estimate(p, c).known);
   EXPECT_EQ(At(f, "programs_log2"), 0);
   EXPECT_EQ(fx.LogRooflineMs(p), 0);
-  EXPECT_DOUBLE_EQ(At(f, "block_log2"), 10);           // BLOCK_SIZE is the 1-D block.
-  EXPECT_DOUBLE_EQ(At(f, "extra_param0_log2"), 2);     // UNROLL.
+  EXPECT_DOUBLE_EQ(At(f, "block_log2"), 10);            // BLOCK_SIZE is the 1-D block.
+  EXPECT_DOUBLE_EQ(At(f, "extra_param0_log2"), 2);      // UNROLL.
   EXPECT_DOUBLE_EQ(At(f, "elems_per_thread_log2"), 2);  // 1024 / (32 * 8).
   EXPECT_DOUBLE_EQ(At(f, "shape0_log2"), 0);            // dtype (a string) sorts first.
   EXPECT_DOUBLE_EQ(At(f, "shape1_log2"), 20);

@@ -220,8 +220,8 @@ class TreeGrower {
   const GbdtOptions& o_;
   std::vector<TreeNode>& nodes_;
   std::vector<double>& gains_;
-  std::vector<size_t> offset_;  // First histogram bin of each feature.
-  std::vector<size_t> active_;  // Features with more than one bin.
+  std::vector<size_t> offset_;                             // First histogram bin of each feature.
+  std::vector<size_t> active_;                             // Features with more than one bin.
   std::vector<std::array<std::vector<HistBin>, 2>> pool_;  // Two child histograms per depth.
   const std::vector<double>* g_ = nullptr;
   const std::vector<double>* h_ = nullptr;
@@ -443,8 +443,8 @@ Gbdt Gbdt::Load(std::istream& in) {
     node.threshold = io::ReadF64(in, "a tree node");
     node.value = io::ReadF64(in, "a tree node");
     const bool leaf = node.feature < 0;
-    if (!leaf && (node.feature >= static_cast<int64_t>(m.num_features_) || node.left <= static_cast<int64_t>(i) ||
-                  static_cast<uint64_t>(node.left) + 1 >= num_nodes))
+    if (!leaf && (node.feature >= static_cast<int64_t>(m.num_features_) ||
+                  node.left <= static_cast<int64_t>(i) || static_cast<uint64_t>(node.left) + 1 >= num_nodes))
       throw ModelError("the model stream has a tree node that points outside its tree; it is corrupt");
   }
   const uint64_t num_roots = io::ReadU64(in, "the tree count");

@@ -56,7 +56,9 @@ const SurrogateEnv::Cached& SurrogateEnv::Lookup(const Config& config) const {
   return cache_.emplace(index, c).first->second;
 }
 
-const CostPrediction& SurrogateEnv::Prediction(const Config& config) const { return Lookup(config).prediction; }
+const CostPrediction& SurrogateEnv::Prediction(const Config& config) const {
+  return Lookup(config).prediction;
+}
 
 Measurement SurrogateEnv::Landscape(const Config& config) const {
   const Cached& c = Lookup(config);
@@ -137,7 +139,9 @@ double SurrogateEnv::Cost(const Measurement& m) const {
   if (m.status == Status::kInvalid) return 0;
   if (m.status == Status::kCompileTimeout) return options_.timeout_s;
   double seconds = options_.compile_s;
-  if (m.ok()) seconds += options_.load_s + options_.overhead_s + options_.launches * (m.ms + options_.flush_ms) / 1000.0;
+  if (m.ok())
+    seconds +=
+        options_.load_s + options_.overhead_s + options_.launches * (m.ms + options_.flush_ms) / 1000.0;
   return seconds;
 }
 

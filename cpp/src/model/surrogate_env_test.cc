@@ -83,7 +83,8 @@ TEST(SurrogateEnvTest, AnswersEveryConfigOfASyntheticProblem) {
       EXPECT_EQ(m.status, Status::kOutOfResources) << env.space().Format(configs[i]);
   }
   std::printf("synthetic matmul: %d ok, %d out of resources, %d compile timeouts, best %.4f ms\n",
-              statuses[Status::kOk], statuses[Status::kOutOfResources], statuses[Status::kCompileTimeout], best);
+              statuses[Status::kOk], statuses[Status::kOutOfResources], statuses[Status::kCompileTimeout],
+              best);
   // Mostly ok, some out of resources: the recorded proportions are 92 % and 8 %.
   EXPECT_GT(statuses[Status::kOk], 0.8 * results.size());
   EXPECT_GT(statuses[Status::kOutOfResources], 0.03 * results.size());
@@ -130,12 +131,20 @@ TEST(SurrogateEnvTest, RejectsInvalidConfigsAndFollowsTheSamplingMode) {
   SurrogateEnv env(FittedModel(), SyntheticMatmul(), MatmulSpace(), o);
   const Space& space = env.space();
   // BLOCK_M 256 x BLOCK_N 256 breaks the constraint; an index out of range is not a config at all.
-  Config broken = *space.Find({{"num_warps", int64_t{8}}, {"num_stages", int64_t{2}}, {"BLOCK_M", int64_t{256}},
-                                {"BLOCK_N", int64_t{256}}, {"BLOCK_K", int64_t{32}}, {"GROUP_M", int64_t{1}}});
+  Config broken = *space.Find({{"num_warps", int64_t{8}},
+                               {"num_stages", int64_t{2}},
+                               {"BLOCK_M", int64_t{256}},
+                               {"BLOCK_N", int64_t{256}},
+                               {"BLOCK_K", int64_t{32}},
+                               {"GROUP_M", int64_t{1}}});
   Config out_of_range(space.num_params(), 0);
   out_of_range[0] = 99;
-  const Config good = *space.Find({{"num_warps", int64_t{8}}, {"num_stages", int64_t{3}}, {"BLOCK_M", int64_t{128}},
-                                    {"BLOCK_N", int64_t{256}}, {"BLOCK_K", int64_t{64}}, {"GROUP_M", int64_t{8}}});
+  const Config good = *space.Find({{"num_warps", int64_t{8}},
+                                   {"num_stages", int64_t{3}},
+                                   {"BLOCK_M", int64_t{128}},
+                                   {"BLOCK_N", int64_t{256}},
+                                   {"BLOCK_K", int64_t{64}},
+                                   {"GROUP_M", int64_t{8}}});
   const auto r = env.Step({broken, out_of_range, good, good});
   EXPECT_EQ(r[0].measurement.status, Status::kInvalid);
   EXPECT_EQ(r[0].cost_s, 0);

@@ -6,10 +6,10 @@
 #define DR_KERNEL_MODEL_COST_MODEL_H_
 
 #include <array>
-#include <string>
 #include <cstdint>
 #include <istream>
 #include <ostream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -80,7 +80,8 @@ class CostModel {
 
   // Adds one measured configuration to the training rows; invalid measurements (not a config of
   // the problem) are skipped. Does not refit.
-  void Add(const Problem& problem, const NamedValues& config, const Measurement& measurement, double weight = 1.0);
+  void Add(const Problem& problem, const NamedValues& config, const Measurement& measurement,
+           double weight = 1.0);
   // Adds every row of a recorded table.
   void Add(const ProblemTable& table, double weight = 1.0);
   // Fits every tree afresh on all rows added so far. Throws std::invalid_argument when no row is ok.
@@ -130,8 +131,8 @@ class CostModel {
 
   std::vector<Row> rows_;
   std::vector<std::string> families_;  // Families of the rows, sorted.
-  std::vector<double> time_x_;     // Row-major time features of rows_.
-  std::vector<double> failure_x_;  // Row-major failure features of rows_.
+  std::vector<double> time_x_;         // Row-major time features of rows_.
+  std::vector<double> failure_x_;      // Row-major failure features of rows_.
   std::vector<Gbdt> members_;
   std::vector<std::pair<Status, Gbdt>> failure_models_;
 };

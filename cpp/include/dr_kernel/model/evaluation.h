@@ -19,7 +19,7 @@ double SpearmanCorrelation(const std::vector<double>& a, const std::vector<doubl
 
 // Figures of one problem's recorded configs against a model's predictions.
 struct RankingFigures {
-  std::string problem;  // The problem's label.
+  std::string problem;    // The problem's label.
   size_t configs = 0;     // Recorded configs (any status).
   size_t ok_configs = 0;  // Of which ok.
   // Spearman correlation of predicted and measured log time over the ok configs.
@@ -54,7 +54,7 @@ struct OnlineSettings {
 };
 
 struct OnlineFigures {
-  int64_t evals_to_within = 0;  // budget + 1 when never within.
+  int64_t evals_to_within = 0;     // budget + 1 when never within.
   double best_over_oracle = kInf;  // At the end.
   int refits = 0;
   double mean_refit_s = 0;  // Wall seconds per Update.
@@ -76,7 +76,8 @@ struct LeaveOneOutResult {
 std::vector<LeaveOneOutResult> LeaveOneProblemOut(const std::vector<ProblemTable>& tables,
                                                   const CostModelOptions& options,
                                                   const std::vector<std::string>& families = {},
-                                                  double within = 1.05, const OnlineSettings* online = nullptr);
+                                                  double within = 1.05,
+                                                  const OnlineSettings* online = nullptr);
 
 }  // namespace dr_kernel
 

@@ -32,8 +32,8 @@ struct DeviceDescription {
   // Hopper's warp-group MMA (wgmma): used by Triton when a dot has >= 4 warps and >= 64 rows; its
   // pipelines keep num_stages operand buffers in shared memory instead of num_stages - 1.
   bool has_warpgroup_mma = true;
-  double peak_tflops = 989.0;       // Dense fp16 tensor-core peak.
-  double dram_tb_per_s = 4.8;       // HBM bandwidth.
+  double peak_tflops = 989.0;         // Dense fp16 tensor-core peak.
+  double dram_tb_per_s = 4.8;         // HBM bandwidth.
   double launch_overhead_ms = 0.004;  // Launch and ramp-up time that even an empty kernel costs.
   double l2_tb_per_s = 12.0;          // L2 bandwidth that re-read tiles are served at.
   double memory_latency_us = 1.0;     // Loaded DRAM latency: bytes in flight / latency bounds bandwidth.
@@ -59,21 +59,21 @@ struct StaticFeatures {
 
 // What the family table knows about one launch; every field is 0 when the family is unknown.
 struct KernelEstimate {
-  bool known = false;          // True when a family model computed the fields below.
-  double programs = 0;         // Program instances (tiles) in the grid.
-  double flops = 0;            // Useful floating-point operations of the problem.
-  double bytes = 0;            // Fewest bytes the problem must move to and from DRAM.
-  double tile_flops = 0;       // Operations one program performs, padding and masked work included.
-  double tile_bytes = 0;       // Bytes one program loads and stores.
-  double padding_waste = 0;    // Fraction of the work done on padding or masked-out elements.
-  double loop_iters = 0;       // Trip count of a program's main loop.
-  double elems_per_thread = 0; // Live accumulator/row elements per thread.
-  double regs_per_thread = 0;  // Estimated 32-bit registers per thread the kernel needs.
-  double smem_bytes = 0;       // Estimated shared memory per program, bytes.
-  double stage_bytes = 0;      // Bytes one program loads per pipeline stage (loop iteration).
-  double buffers = 1;          // Loads a program keeps in flight (pipeline depth).
-  bool warpgroup_mma = false;  // The dot runs as Hopper wgmma.
-  bool tensor_cores = false;   // The main loop is a dot (else CUDA-core arithmetic).
+  bool known = false;           // True when a family model computed the fields below.
+  double programs = 0;          // Program instances (tiles) in the grid.
+  double flops = 0;             // Useful floating-point operations of the problem.
+  double bytes = 0;             // Fewest bytes the problem must move to and from DRAM.
+  double tile_flops = 0;        // Operations one program performs, padding and masked work included.
+  double tile_bytes = 0;        // Bytes one program loads and stores.
+  double padding_waste = 0;     // Fraction of the work done on padding or masked-out elements.
+  double loop_iters = 0;        // Trip count of a program's main loop.
+  double elems_per_thread = 0;  // Live accumulator/row elements per thread.
+  double regs_per_thread = 0;   // Estimated 32-bit registers per thread the kernel needs.
+  double smem_bytes = 0;        // Estimated shared memory per program, bytes.
+  double stage_bytes = 0;       // Bytes one program loads per pipeline stage (loop iteration).
+  double buffers = 1;           // Loads a program keeps in flight (pipeline depth).
+  bool warpgroup_mma = false;   // The dot runs as Hopper wgmma.
+  bool tensor_cores = false;    // The main loop is a dot (else CUDA-core arithmetic).
 };
 
 // Turns (problem, config, optional static features) into a fixed-length feature vector.

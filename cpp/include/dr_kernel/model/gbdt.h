@@ -72,7 +72,7 @@ struct GbdtOptions {
 // One tree node in a flat array; a leaf has feature -1.
 struct TreeNode {
   int32_t feature = -1;
-  int32_t left = -1;  // The right child is left + 1.
+  int32_t left = -1;     // The right child is left + 1.
   double threshold = 0;  // Rows with x[feature] <= threshold go left.
   double value = 0;      // Leaf output (learning rate applied).
 };
@@ -119,8 +119,8 @@ class Gbdt {
   std::vector<int32_t> roots_;
   std::vector<double> gains_;
   std::vector<PackedNode> packed_;
-  std::vector<double> leaf_;        // Leaf value by node (0 for split nodes).
-  std::vector<int> group_depth_;   // Deepest tree of each group of kGroup trees.
+  std::vector<double> leaf_;      // Leaf value by node (0 for split nodes).
+  std::vector<int> group_depth_;  // Deepest tree of each group of kGroup trees.
 };
 
 // Binary stream helpers shared by the model files: fixed-width little-endian-as-stored values with

@@ -49,7 +49,8 @@ class SurrogateEnv : public Env {
  public:
   // Throws std::invalid_argument when the model is not fitted or uses static features (a simulated
   // config has no compiled kernel to analyse: fit the model with use_static_features = false).
-  SurrogateEnv(std::shared_ptr<const CostModel> model, Problem problem, Space space, SurrogateOptions options = {});
+  SurrogateEnv(std::shared_ptr<const CostModel> model, Problem problem, Space space,
+               SurrogateOptions options = {});
 
   const Problem& problem() const override { return problem_; }
   const Space& space() const override { return space_; }
