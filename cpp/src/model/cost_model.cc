@@ -293,6 +293,11 @@ void CostModel::Save(std::ostream& out) const {
   io::WriteF64(out, d.peak_tflops);
   io::WriteF64(out, d.dram_tb_per_s);
   io::WriteF64(out, d.launch_overhead_ms);
+  io::WriteF64(out, d.l2_tb_per_s);
+  io::WriteF64(out, d.memory_latency_us);
+  io::WriteF64(out, d.mma_sync_fraction);
+  io::WriteF64(out, d.fp32_tflops);
+  io::WriteU64(out, static_cast<uint64_t>(d.max_regs_per_thread));
   // Feature set.
   const auto& names = FeatureExtractor::names();
   io::WriteU64(out, names.size());
@@ -356,6 +361,11 @@ CostModel CostModel::Load(std::istream& in) {
   d.peak_tflops = io::ReadF64(in, "the device");
   d.dram_tb_per_s = io::ReadF64(in, "the device");
   d.launch_overhead_ms = io::ReadF64(in, "the device");
+  d.l2_tb_per_s = io::ReadF64(in, "the device");
+  d.memory_latency_us = io::ReadF64(in, "the device");
+  d.mma_sync_fraction = io::ReadF64(in, "the device");
+  d.fp32_tflops = io::ReadF64(in, "the device");
+  d.max_regs_per_thread = static_cast<int>(io::ReadU64(in, "the device"));
 
   const auto& names = FeatureExtractor::names();
   const uint64_t nf = io::ReadU64(in, "the feature names");

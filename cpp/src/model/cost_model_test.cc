@@ -97,6 +97,29 @@ TEST(CostModelTest, SaveLoadRoundTripGivesIdenticalPredictionsAndCanUpdate) {
   ExpectSamePredictions(PredictTable(model, tables[2]), PredictTable(loaded, tables[2]));
 }
 
+TEST(CostModelTest, SaveLoadKeepsTheDevice) {
+  DeviceDescription device;
+  device.name = "a smaller GPU";
+  device.sm_count = 66;
+  device.smem_per_block = 101376;
+  device.has_warpgroup_mma = false;
+  device.memory_latency_us = 0.8;
+  device.max_regs_per_thread = 200;
+  CostModel model(SmallOptions(), device);
+  model.Add(Tables({"softmax"})[0]);
+  model.Fit();
+  std::stringstream stream;
+  model.Save(stream);
+  const CostModel loaded = CostModel::Load(stream);
+  const DeviceDescription& d = loaded.features().device();
+  EXPECT_EQ(d.name, device.name);
+  EXPECT_EQ(d.sm_count, 66);
+  EXPECT_EQ(d.smem_per_block, 101376);
+  EXPECT_FALSE(d.has_warpgroup_mma);
+  EXPECT_EQ(d.memory_latency_us, 0.8);
+  EXPECT_EQ(d.max_regs_per_thread, 200);
+}
+
 TEST(CostModelTest, LoadRejectsOtherStreamsWithClearErrors) {
   std::stringstream not_a_model("hello world, this is not a model");
   try {
