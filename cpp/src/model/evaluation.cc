@@ -97,6 +97,15 @@ RankingFigures EvaluateRanking(const CostModel& model, const ProblemTable& table
   }
   f.ok_configs = ok.size();
   if (ok.empty()) return f;
+  double se = 0, sd = 0, bias = 0;
+  for (size_t j = 0; j < ok.size(); ++j) {
+    se += (predicted[j] - measured[j]) * (predicted[j] - measured[j]);
+    sd += predictions[ok[j]].log_ms_std;
+    bias += (predicted[j] - measured[j]) / ok.size();
+  }
+  f.rmse_log_ms = std::sqrt(se / ok.size());
+  f.centred_rmse_log_ms = std::sqrt(std::max(0.0, se / ok.size() - bias * bias));
+  f.mean_std_log_ms = sd / ok.size();
   f.spearman = SpearmanCorrelation(predicted, measured);
 
   // The true top 10 among the ok configs.

@@ -96,7 +96,7 @@ Measurement SurrogateEnv::Landscape(const Config& config) const {
     return m;
   }
   double log_ms = p.log_ms;
-  if (options_.sampling == SurrogateSampling::kNormal) log_ms += p.log_ms_std * z;
+  if (options_.sampling == SurrogateSampling::kNormal) log_ms += options_.std_scale * p.log_ms_std * z;
   if (options_.sampling == SurrogateSampling::kMember) log_ms = c.member_log_ms;
   m.status = Status::kOk;
   m.ms = std::exp(log_ms);

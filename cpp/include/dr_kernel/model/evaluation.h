@@ -32,6 +32,11 @@ struct RankingFigures {
   int64_t evals_to_within = 0;
   // The same for measuring in random order: expected value, (n + 1) / (good + 1).
   double random_evals_to_within = 0;
+  // Calibration over the ok configs: root-mean-square error of the predicted log ms, and the mean
+  // predicted standard deviation (bagging's spread; well calibrated when the two are close).
+  double rmse_log_ms = kNaN;
+  double centred_rmse_log_ms = kNaN;  // The same after removing the mean error (a problem-wide bias).
+  double mean_std_log_ms = kNaN;
   // Failure prediction: recorded failures with p_fail >= 0.5, and ok configs with p_fail >= 0.5.
   size_t failures = 0, failures_caught = 0, false_alarms = 0;
 };
