@@ -31,16 +31,18 @@ enum class TimeBaseline {
   kAnalytic,  // FeatureExtractor::AnalyticMs of the config (waves, padding, pipelining).
 };
 
+// How a cost model is built. The defaults are the settings of benchmarks/cost_model.md.
 struct CostModelOptions {
   // Members of the bagged time ensemble; each sees a bootstrap sample of the rows.
   int ensemble_size = 5;
-  // Trees of one member (squared loss on log ms relative to the problem's roofline).
+  // Trees of one member (squared loss on log ms relative to `baseline`).
   GbdtOptions time_trees = DefaultTimeTrees();
   // Trees of one failure classifier (logistic loss; the seed is derived from `seed`).
   GbdtOptions failure_trees = DefaultFailureTrees();
   // Use registers, spills and shared memory from static analysis. Only worth it when they will be
   // known at prediction time too (after compiling); a synthetic problem never has them.
   bool use_static_features = false;
+  // What the time trees predict relative to; kAnalytic ranks unseen shapes best.
   TimeBaseline baseline = TimeBaseline::kAnalytic;
   // With the analytic baseline, a family that no training row belongs to is predicted by the
   // analytic time alone (trees fitted to other families extrapolate badly to it), with this
@@ -49,8 +51,10 @@ struct CostModelOptions {
   // Threads fitting ensemble members in parallel (0: one per hardware thread). Results do not
   // depend on it.
   int threads = 0;
+  // Seeds the bootstrap samples and every tree's subsampling: equal seeds, equal models.
   uint64_t seed = 0;
 
+  // The defaults of time_trees and failure_trees.
   static GbdtOptions DefaultTimeTrees();
   static GbdtOptions DefaultFailureTrees();
 };
@@ -74,6 +78,10 @@ struct ModelInput {
   bool family_seen = true;               // Some training row is of the problem's family.
 };
 
+// Predicts log kernel time (mean and spread over a bagged ensemble of boosted trees) and the
+// chance of each failure status, from features of (problem, config). Rows from any problem and
+// family can be mixed; the model is refitted from all its rows at every Fit or Update. Const
+// methods are safe to call from several threads at once.
 class CostModel {
  public:
   explicit CostModel(CostModelOptions options = {}, DeviceDescription device = {});
@@ -117,6 +125,7 @@ class CostModel {
   static constexpr uint64_t kFormatVersion = 1;
 
  private:
+  // What is kept of one training row besides its features.
   struct Row {
     std::string family;
     double log_offset;
@@ -125,10 +134,11 @@ class CostModel {
     double weight;
   };
 
-  CostModelOptions options_;
-  FeatureExtractor extractor_;
+  // True when some training row is of `family`.
   bool FamilySeen(const std::string& family) const;
 
+  CostModelOptions options_;
+  FeatureExtractor extractor_;
   std::vector<Row> rows_;
   std::vector<std::string> families_;  // Families of the rows, sorted.
   std::vector<double> time_x_;         // Row-major time features of rows_.

@@ -58,6 +58,7 @@ struct OnlineSettings {
   double within = 1.05;
 };
 
+// What the online baseline achieved on one problem.
 struct OnlineFigures {
   int64_t evals_to_within = 0;     // budget + 1 when never within.
   double best_over_oracle = kInf;  // At the end.

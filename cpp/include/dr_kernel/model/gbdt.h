@@ -53,8 +53,10 @@ class FeatureBins {
   std::vector<std::vector<double>> edges_;
 };
 
+// What the trees minimise: squared error of a real target, or log loss of a 0/1 target.
 enum class Loss { kSquared, kLogistic };
 
+// Settings of one boosted ensemble.
 struct GbdtOptions {
   Loss loss = Loss::kSquared;
   int num_trees = 200;
@@ -66,7 +68,7 @@ struct GbdtOptions {
   double subsample = 0.8;       // Fraction of rows each tree sees (without replacement).
   double colsample = 1.0;       // Fraction of features each tree may split on.
   int max_bins = 64;            // At most 255.
-  uint64_t seed = 0;
+  uint64_t seed = 0;            // Drives row and column subsampling.
 };
 
 // One tree node in a flat array; a leaf has feature -1.

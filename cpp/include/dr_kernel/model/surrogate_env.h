@@ -24,6 +24,7 @@ enum class SurrogateSampling {
             // model's uncertainty), the member chosen by the seed.
 };
 
+// How a SurrogateEnv draws its answers and charges simulated time.
 struct SurrogateOptions {
   SurrogateSampling sampling = SurrogateSampling::kNormal;
   // Multiplies the model's standard deviation in kNormal sampling. Leave-one-problem-out errors
