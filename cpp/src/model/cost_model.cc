@@ -298,6 +298,8 @@ void CostModel::Save(std::ostream& out) const {
   io::WriteF64(out, d.mma_sync_fraction);
   io::WriteF64(out, d.fp32_tflops);
   io::WriteU64(out, static_cast<uint64_t>(d.max_regs_per_thread));
+  io::WriteF64(out, d.sfu_tops);
+  io::WriteU64(out, static_cast<uint64_t>(d.warps_to_saturate));
   // Feature set.
   const auto& names = FeatureExtractor::names();
   io::WriteU64(out, names.size());
@@ -366,6 +368,8 @@ CostModel CostModel::Load(std::istream& in) {
   d.mma_sync_fraction = io::ReadF64(in, "the device");
   d.fp32_tflops = io::ReadF64(in, "the device");
   d.max_regs_per_thread = static_cast<int>(io::ReadU64(in, "the device"));
+  d.sfu_tops = io::ReadF64(in, "the device");
+  d.warps_to_saturate = static_cast<int>(io::ReadU64(in, "the device"));
 
   const auto& names = FeatureExtractor::names();
   const uint64_t nf = io::ReadU64(in, "the feature names");

@@ -222,6 +222,7 @@ bool EstimateAttention(const Problem& problem, const Lookup& shape, const Lookup
   e->bytes = 4 * heads * ctx * d * es;
   e->loop_iters = key_blocks / tiles_m;
   e->tile_flops = 4 * bm * bn * d * e->loop_iters;
+  e->tile_sfu_ops = (bm * bn + bm) * e->loop_iters;  // exp2 of every score, and of the rescale.
   e->tile_bytes = es * (2 * bm * d + 2 * bn * d * e->loop_iters);
   e->padding_waste = std::max(0.0, 1 - e->flops / (e->programs * e->tile_flops));
   e->elems_per_thread = (bm * d + bm * bn) / (32 * launch.num_warps);
@@ -246,7 +247,7 @@ bool EstimateAttention(const Problem& problem, const Lookup& shape, const Lookup
 // Row-wise kernels (softmax, rmsnorm): one program per row, looping over BLOCK columns `passes`
 // times; `flops_per_elem` is the arithmetic per element.
 bool EstimateRowwise(const Problem& problem, const Lookup& shape, const Lookup& config, double passes,
-                     double flops_per_elem, KernelEstimate* e) {
+                     double flops_per_elem, double sfu_per_elem, KernelEstimate* e) {
   const double rows = shape.Get({"rows", "n_rows", "M"}), cols = shape.Get({"cols", "n_cols", "N"});
   const double block = config.Get(kBlock);
   if (!(rows > 0 && cols > 0 && block > 0)) return false;
@@ -258,6 +259,7 @@ bool EstimateRowwise(const Problem& problem, const Lookup& shape, const Lookup& 
   e->bytes = 2 * es * rows * cols;
   e->loop_iters = passes * iters;
   e->tile_flops = flops_per_elem * iters * block;
+  e->tile_sfu_ops = sfu_per_elem * iters * block;
   e->tile_bytes = es * cols * (passes + 1);
   e->padding_waste = 1 - cols / (iters * block);
   e->elems_per_thread = block / (32 * launch.num_warps);
@@ -273,12 +275,13 @@ bool EstimateRowwise(const Problem& problem, const Lookup& shape, const Lookup& 
 
 bool EstimateSoftmax(const Problem& problem, const Lookup& shape, const Lookup& config,
                      const DeviceDescription&, KernelEstimate* e) {
-  return EstimateRowwise(problem, shape, config, /*passes=*/2, /*flops_per_elem=*/5, e);
+  // Three exponentials per element: two in the online max/sum pass, one in the output pass.
+  return EstimateRowwise(problem, shape, config, /*passes=*/2, /*flops_per_elem=*/5, /*sfu_per_elem=*/3, e);
 }
 
 bool EstimateRmsnorm(const Problem& problem, const Lookup& shape, const Lookup& config,
                      const DeviceDescription&, KernelEstimate* e) {
-  return EstimateRowwise(problem, shape, config, /*passes=*/2, /*flops_per_elem=*/4, e);
+  return EstimateRowwise(problem, shape, config, /*passes=*/2, /*flops_per_elem=*/4, /*sfu_per_elem=*/0, e);
 }
 
 // True for the parameter names that have their own features (blocks, group, warps, stages).
@@ -319,15 +322,27 @@ double DeviceDescription::RooflineMs(double flops, double bytes) const {
 double FeatureExtractor::AnalyticMs(const KernelEstimate& e, double num_warps) const {
   if (!e.known) return kNaN;
   const double sms = device_.sm_count;
-  // Resident programs per SM by shared memory and threads.
+  // Resident programs per SM by shared memory, threads and (estimated) registers.
   double resident = std::floor(device_.max_threads_per_sm / (32 * num_warps));
   if (e.smem_bytes > 0) resident = std::min(resident, std::floor(device_.smem_per_sm / e.smem_bytes));
+  const double regs = std::min<double>(e.regs_per_thread, device_.max_regs_per_thread);
+  if (regs > 0 && !e.tensor_cores)
+    resident = std::min(resident, std::floor(device_.regs_per_sm / (regs * 32 * num_warps)));
   resident = std::clamp(resident, 1.0, static_cast<double>(device_.max_blocks_per_sm));
-  // Compute: the busiest SM runs ceil(P / SMs) programs at its share of the peak rate.
-  double rate = e.tensor_cores ? device_.peak_tflops * (e.warpgroup_mma ? 1.0 : device_.mma_sync_fraction)
-                               : device_.fp32_tflops;
-  rate *= 1e9 / sms;  // flops per ms per SM.
-  const double compute_ms = std::ceil(e.programs / sms) * e.tile_flops / rate;
+  // Compute: the busiest SM runs ceil(P / SMs) programs at its share of the peak rates. Tensor
+  // cores run at full rate from one warp group; CUDA cores and SFUs need many resident warps.
+  const double per_sm = std::ceil(e.programs / sms);
+  const double occupancy = std::min(1.0, resident * num_warps / device_.warps_to_saturate);
+  double compute_ms;
+  if (e.tensor_cores) {
+    const double rate = device_.peak_tflops * (e.warpgroup_mma ? 1.0 : device_.mma_sync_fraction) * 1e9 / sms;
+    compute_ms = per_sm * e.tile_flops / rate;
+  } else {
+    compute_ms = per_sm * e.tile_flops / (device_.fp32_tflops * 1e9 / sms * occupancy);
+  }
+  const double sfu_ms =
+      per_sm * e.tile_sfu_ops / (device_.sfu_tops * 1e9 / sms * (e.tensor_cores ? 1.0 : occupancy));
+  compute_ms = e.tensor_cores ? std::max(compute_ms, sfu_ms) : compute_ms + sfu_ms;
   // Memory: the fewest bytes from DRAM, and every tile's loads through L2; bandwidth is capped by
   // the bytes in flight (Little's law).
   const double inflight = std::min(e.programs, sms * resident) * e.buffers * e.stage_bytes;

@@ -39,6 +39,8 @@ struct DeviceDescription {
   double memory_latency_us = 1.0;     // Loaded DRAM latency: bytes in flight / latency bounds bandwidth.
   double mma_sync_fraction = 0.5;     // Tensor-core rate of the older mma.sync path relative to wgmma.
   double fp32_tflops = 67.0;          // CUDA-core rate, for kernels without dots.
+  double sfu_tops = 4.2;              // Special-function unit rate (exp2, rsqrt): 16 per clock per SM.
+  int warps_to_saturate = 16;         // Resident warps an SM needs to keep CUDA cores and SFUs busy.
   int max_regs_per_thread = 255;      // Beyond this the compiler spills to local memory.
 
   // The roofline time of a problem: the larger of its compute and memory time plus launch overhead.
@@ -64,6 +66,7 @@ struct KernelEstimate {
   double flops = 0;             // Useful floating-point operations of the problem.
   double bytes = 0;             // Fewest bytes the problem must move to and from DRAM.
   double tile_flops = 0;        // Operations one program performs, padding and masked work included.
+  double tile_sfu_ops = 0;      // Special-function operations (exponentials) one program performs.
   double tile_bytes = 0;        // Bytes one program loads and stores.
   double padding_waste = 0;     // Fraction of the work done on padding or masked-out elements.
   double loop_iters = 0;        // Trip count of a program's main loop.
