@@ -80,13 +80,14 @@ struct Totals {
 
 struct Split {
   int feature = -1;
+  int active = -1;  // Position of the feature among the active ones.
   int bin = 0;
   double gain = 0;
 };
 
 class TreeGrower {
  public:
-  TreeGrower(const FeatureBins& bins, const uint8_t* binned, size_t nf, const GbdtOptions& o,
+  TreeGrower(const FeatureBins& bins, const uint8_t* binned, size_t num_rows, size_t nf, const GbdtOptions& o,
              std::vector<TreeNode>& nodes, std::vector<double>& gains)
       : bins_(bins), binned_(binned), nf_(nf), o_(o), nodes_(nodes), gains_(gains) {
     offset_.resize(nf + 1, 0);
@@ -94,6 +95,13 @@ class TreeGrower {
       offset_[f + 1] = offset_[f] + bins.edges(f).size() + 1;
       if (!bins.edges(f).empty()) active_.push_back(f);  // A feature with one bin cannot split.
     }
+    // The active features' bins, contiguous per row: the histogram loop's only input.
+    const size_t na = active_.size(), n = num_rows;
+    compact_.resize(n * na);
+    for (size_t r = 0; r < n; ++r)
+      for (size_t j = 0; j < na; ++j) compact_[r * na + j] = binned[r * nf + active_[j]];
+    active_offset_.resize(na);
+    for (size_t j = 0; j < na; ++j) active_offset_[j] = offset_[active_[j]];
     pool_.resize(o.max_depth + 1);
     for (auto& level : pool_)
       for (auto& h : level) h.resize(offset_[nf]);
@@ -108,6 +116,8 @@ class TreeGrower {
     allowed_ = &allowed;
     const int32_t root = static_cast<int32_t>(nodes_.size());
     nodes_.emplace_back();
+    split_active_.resize(nodes_.size(), 0);
+    split_bin_.resize(nodes_.size(), 0);
     Build(rows.data(), rows.data() + rows.size(), pool_[0][0]);
     Totals totals;
     for (int32_t r : rows) {
@@ -119,16 +129,26 @@ class TreeGrower {
     return root;
   }
 
+  // The leaf that row r of the binned data reaches from `root`: the same leaf as comparing its raw
+  // values with the thresholds, since v <= edge[b] exactly when bin(v) <= b.
+  int32_t Leaf(int32_t root, size_t r) const {
+    const uint8_t* b = compact_.data() + r * active_.size();
+    int32_t k = root;
+    while (nodes_[k].feature >= 0) k = nodes_[k].left + (b[split_active_[k]] > split_bin_[k]);
+    return k;
+  }
+
  private:
   void Build(const int32_t* begin, const int32_t* end, std::vector<HistBin>& hist) const {
     std::fill(hist.begin(), hist.end(), HistBin{});
     const double* g = g_->data();
     const double* h = h_->data();
     for (const int32_t* r = begin; r != end; ++r) {
-      const uint8_t* b = binned_ + static_cast<size_t>(*r) * nf_;
+      const size_t na = active_.size();
+      const uint8_t* b = compact_.data() + static_cast<size_t>(*r) * na;
       const double gi = g[*r], hi = h[*r];
-      for (size_t f : active_) {
-        HistBin& bin = hist[offset_[f] + b[f]];
+      for (size_t j = 0; j < na; ++j) {
+        HistBin& bin = hist[active_offset_[j] + b[j]];
         bin.g += gi;
         bin.h += hi;
         bin.n += 1;
@@ -141,7 +161,8 @@ class TreeGrower {
     best.gain = o_.min_split_gain;
     const double lambda = o_.l2, parent = G * G / (H + lambda);
     const double min_leaf = std::max(1, o_.min_samples_leaf);
-    for (size_t f : active_) {
+    for (size_t j = 0; j < active_.size(); ++j) {
+      const size_t f = active_[j];
       if (!(*allowed_)[f]) continue;
       double gl = 0, hl = 0, nl = 0;
       const size_t nb = offset_[f + 1] - offset_[f];
@@ -160,6 +181,7 @@ class TreeGrower {
         if (gain > best.gain + 1e-9 * std::abs(best.gain)) {
           best.gain = gain;
           best.feature = static_cast<int>(f);
+          best.active = static_cast<int>(j);
           best.bin = static_cast<int>(b);
           *left = {gl, hl, nl};
         }
@@ -183,11 +205,16 @@ class TreeGrower {
     gains_[split.feature] += split.gain;
     const size_t f = static_cast<size_t>(split.feature);
     const uint8_t sb = static_cast<uint8_t>(split.bin);
+    const size_t na = active_.size(), j = static_cast<size_t>(split.active);
     int32_t* mid = std::stable_partition(
-        begin, end, [&](int32_t r) { return binned_[static_cast<size_t>(r) * nf_ + f] <= sb; });
+        begin, end, [&](int32_t r) { return compact_[static_cast<size_t>(r) * na + j] <= sb; });
     const int32_t left = static_cast<int32_t>(nodes_.size());
     nodes_.emplace_back();
     nodes_.emplace_back();
+    split_active_.resize(nodes_.size(), 0);
+    split_bin_.resize(nodes_.size(), 0);
+    split_active_[node] = static_cast<uint32_t>(j);
+    split_bin_[node] = sb;
     nodes_[node].feature = split.feature;
     nodes_[node].left = left;
     nodes_[node].threshold = bins_.edges(f)[split.bin];
@@ -222,6 +249,10 @@ class TreeGrower {
   std::vector<double>& gains_;
   std::vector<size_t> offset_;                             // First histogram bin of each feature.
   std::vector<size_t> active_;                             // Features with more than one bin.
+  std::vector<uint8_t> compact_;                           // Bins of the active features, row-major.
+  std::vector<uint32_t> split_active_;                     // Per node: the active feature it splits on.
+  std::vector<uint8_t> split_bin_;                         // Per node: the last bin that goes left.
+  std::vector<size_t> active_offset_;                      // offset_ of each active feature.
   std::vector<std::array<std::vector<HistBin>, 2>> pool_;  // Two child histograms per depth.
   const std::vector<double>* g_ = nullptr;
   const std::vector<double>* h_ = nullptr;
@@ -273,7 +304,7 @@ void Gbdt::Fit(const Dataset& data, const FeatureBins& bins, const std::vector<u
   }
 
   Rng rng(o.seed);
-  TreeGrower grower(bins, binned.data(), nf, o, nodes_, gains_);
+  TreeGrower grower(bins, binned.data(), n, nf, o, nodes_, gains_);
   std::vector<double> score(n, base_score_), g(n, 0.0), h(n, 0.0);
   std::vector<int32_t> rows;
   std::vector<char> allowed(nf, 1);
@@ -300,12 +331,7 @@ void Gbdt::Fit(const Dataset& data, const FeatureBins& bins, const std::vector<u
     const int32_t root = grower.Grow(rows, g, h, allowed);
     roots_.push_back(root);
     // Update every candidate's score (rows outside the subsample too).
-    for (int32_t i : candidates) {
-      const double* x = data.row(i);
-      int32_t k = root;
-      while (nodes_[k].feature >= 0) k = nodes_[k].left + (x[nodes_[k].feature] > nodes_[k].threshold);
-      score[i] += nodes_[k].value;
-    }
+    for (int32_t i : candidates) score[i] += nodes_[grower.Leaf(root, static_cast<size_t>(i))].value;
   }
   Pack();
 }
