@@ -45,19 +45,21 @@ void PrintLeaveOneOut(const std::vector<ProblemTable>& tables, const CostModelOp
               options.use_static_features ? "with" : "without");
   std::printf(
       "| held-out problem | configs (ok) | Spearman | top-10 in top-50 | predicted best / oracle | "
-      "evals to 1.05x: model | random (expected) | failures caught | false alarms | RMSE log ms (centred) | mean std | "
-              "fit s |%s\n",
+      "evals to 1.05x: model | random (expected) | failures caught | false alarms | RMSE log ms (centred) | "
+      "mean std | "
+      "fit s |%s\n",
       online ? " evals to 1.05x: online | refit s |" : "");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n", online ? "---|---|" : "");
   double spearman = 0, recall = 0, hits = 0;
   std::vector<double> evals, online_evals;
   for (const auto& r : results) {
     const auto& f = r.figures;
-    std::printf("| %s | %zu (%zu) | %.3f | %.1f | %s | %lld | %.0f | %zu / %zu | %zu | %.2f (%.2f) | %.2f | %.2f |",
-                f.problem.c_str(), f.configs, f.ok_configs, f.spearman, f.top10_in_top50,
-                Fixed(f.top1_over_oracle, 3).c_str(), static_cast<long long>(f.evals_to_within),
-                f.random_evals_to_within, f.failures_caught, f.failures, f.false_alarms, f.rmse_log_ms,
-                f.centred_rmse_log_ms, f.mean_std_log_ms, r.fit_s);
+    std::printf(
+        "| %s | %zu (%zu) | %.3f | %.1f | %s | %lld | %.0f | %zu / %zu | %zu | %.2f (%.2f) | %.2f | %.2f |",
+        f.problem.c_str(), f.configs, f.ok_configs, f.spearman, f.top10_in_top50,
+        Fixed(f.top1_over_oracle, 3).c_str(), static_cast<long long>(f.evals_to_within),
+        f.random_evals_to_within, f.failures_caught, f.failures, f.false_alarms, f.rmse_log_ms,
+        f.centred_rmse_log_ms, f.mean_std_log_ms, r.fit_s);
     if (online) {
       std::printf(" %lld | %.2f |", static_cast<long long>(r.online.evals_to_within), r.online.mean_refit_s);
       online_evals.push_back(static_cast<double>(r.online.evals_to_within));
@@ -117,9 +119,10 @@ void PrintTimings(const std::vector<ProblemTable>& tables, const CostModelOption
     for (const auto& in : inputs) sink += model.Predict(in).log_ms;
   const double trees_us = (CpuSeconds() - cpu) * 1e6 / (reps * inputs.size());
 
-  std::printf("\n### Timings (all %zu rows, %d members x %d trees of depth %d, %d threads)\n\n",
+  const std::string threads = options.threads > 0 ? std::to_string(options.threads) : "one per core";
+  std::printf("\n### Timings (all %zu rows, %d members x %d trees of depth %d, threads: %s)\n\n",
               model.num_rows(), options.ensemble_size, options.time_trees.num_trees,
-              options.time_trees.max_depth, options.threads);
+              options.time_trees.max_depth, threads.c_str());
   std::printf("| what | wall | CPU (all threads) |\n|---|---|---|\n");
   std::printf("| Fit (all rows) | %.0f ms | %.0f ms |\n", fit_s * 1e3, fit_cpu_s * 1e3);
   std::printf("| Update (8 rows + refit) | %.0f ms | %.0f ms |\n", update_s * 1e3, update_cpu_s * 1e3);
