@@ -103,8 +103,10 @@ class FeatureExtractor {
   // problem only, not on the config.
   double LogRooflineMs(const Problem& problem) const;
   // A first-principles time of one launch, ms: the busiest SM's share of the tiles at the
-  // tensor-core (or CUDA-core) rate, against the traffic at the bandwidth that the loads in flight
-  // can sustain. Crude, but it knows about waves, padding and pipelining; NaN for unknown families.
+  // tensor-core rate (or the CUDA-core and special-function rates, scaled by how many warps the
+  // SM can hold), against the traffic (spills included) at the bandwidth that the loads in flight
+  // can sustain. Crude, but it knows about waves, padding, pipelining and register pressure; NaN
+  // for unknown families. The cost model predicts log time relative to it.
   double AnalyticMs(const KernelEstimate& e, double num_warps) const;
 
   // Families with derived features, e.g. {"matmul", "attention", "softmax", "rmsnorm"}.
