@@ -1,0 +1,152 @@
+// The cost model: predicts a configuration's log kernel time with an uncertainty, and the chance
+// that it fails (does not compile, runs out of resources, times out compiling), from features of
+// the problem and config. A bagged ensemble of boosted trees for the time, one boosted classifier
+// per failure status for the failures. Fitted on measured rows, refitted online as more arrive.
+#ifndef DR_KERNEL_MODEL_COST_MODEL_H_
+#define DR_KERNEL_MODEL_COST_MODEL_H_
+
+#include <array>
+#include <cstdint>
+#include <istream>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dr_kernel/model/features.h"
+#include "dr_kernel/model/gbdt.h"
+#include "dr_kernel/problem.h"
+#include "dr_kernel/table.h"
+
+namespace dr_kernel {
+
+// Number of Status values (the size of per-status arrays).
+constexpr size_t kNumStatuses = static_cast<size_t>(Status::kInvalid) + 1;
+
+// What the time trees predict log ms relative to. Trees cannot extrapolate, so they learn a
+// residual that transfers across problem sizes better than the raw time does.
+enum class TimeBaseline {
+  kNone,      // Raw log ms.
+  kRoofline,  // The problem's roofline time (the same for every config of a problem).
+  kAnalytic,  // FeatureExtractor::AnalyticMs of the config (waves, padding, pipelining).
+};
+
+// How a cost model is built. The defaults are the settings of benchmarks/cost_model.md.
+struct CostModelOptions {
+  // Members of the bagged time ensemble; each sees a bootstrap sample of the rows.
+  int ensemble_size = 5;
+  // Trees of one member (squared loss on log ms relative to `baseline`).
+  GbdtOptions time_trees = DefaultTimeTrees();
+  // Trees of one failure classifier (logistic loss; the seed is derived from `seed`).
+  GbdtOptions failure_trees = DefaultFailureTrees();
+  // Use registers, spills and shared memory from static analysis. Only worth it when they will be
+  // known at prediction time too (after compiling); a synthetic problem never has them.
+  bool use_static_features = false;
+  // What the time trees predict relative to; kAnalytic ranks unseen shapes best.
+  TimeBaseline baseline = TimeBaseline::kAnalytic;
+  // With the analytic baseline, a family that no training row belongs to is predicted by the
+  // analytic time alone (trees fitted to other families extrapolate badly to it), with this
+  // standard deviation in log ms as its uncertainty.
+  double unseen_family_log_std = 0.7;
+  // Threads fitting ensemble members in parallel (0: one per hardware thread). Results do not
+  // depend on it.
+  int threads = 0;
+  // Seeds the bootstrap samples and every tree's subsampling: equal seeds, equal models.
+  uint64_t seed = 0;
+
+  // The defaults of time_trees and failure_trees.
+  static GbdtOptions DefaultTimeTrees();
+  static GbdtOptions DefaultFailureTrees();
+};
+
+// What the model says of one configuration.
+struct CostPrediction {
+  double log_ms = 0;      // Mean over the ensemble of the predicted natural log of the time in ms.
+  double log_ms_std = 0;  // Standard deviation over the ensemble (model uncertainty).
+  double p_fail = 0;      // Probability that the config fails in any way.
+  std::array<double, kNumStatuses> p_status{};  // Per failure status; 0 for kOk and kInvalid.
+
+  double ms() const;
+  double p(Status status) const { return p_status[static_cast<size_t>(status)]; }
+};
+
+// The inputs of a prediction, computed once per (problem, config): keep it to predict repeatedly.
+struct ModelInput {
+  std::vector<double> time_features;     // With static features when the model uses them.
+  std::vector<double> failure_features;  // Never with static features.
+  double log_offset = 0;                 // log of the baseline time (CostModelOptions::baseline).
+  bool family_seen = true;               // Some training row is of the problem's family.
+};
+
+// Predicts log kernel time (mean and spread over a bagged ensemble of boosted trees) and the
+// chance of each failure status, from features of (problem, config). Rows from any problem and
+// family can be mixed; the model is refitted from all its rows at every Fit or Update. Const
+// methods are safe to call from several threads at once.
+class CostModel {
+ public:
+  explicit CostModel(CostModelOptions options = {}, DeviceDescription device = {});
+
+  // Adds one measured configuration to the training rows; invalid measurements (not a config of
+  // the problem) are skipped. Does not refit.
+  void Add(const Problem& problem, const NamedValues& config, const Measurement& measurement,
+           double weight = 1.0);
+  // Adds every row of a recorded table.
+  void Add(const ProblemTable& table, double weight = 1.0);
+  // Fits every tree afresh on all rows added so far. Throws std::invalid_argument when no row is ok.
+  void Fit();
+  // The online update: adds a batch of measurements of one problem and refits.
+  void Update(const Problem& problem, const std::vector<std::pair<NamedValues, Measurement>>& batch,
+              double weight = 1.0);
+
+  bool fitted() const { return !members_.empty(); }
+  size_t num_rows() const { return rows_.size(); }
+  size_t num_ok_rows() const;
+  size_t ensemble_size() const { return members_.size(); }
+  const CostModelOptions& options() const { return options_; }
+  const FeatureExtractor& features() const { return extractor_; }
+
+  // The features and offset of a config of a problem.
+  ModelInput Input(const Problem& problem, const NamedValues& config,
+                   const StaticFeatures* static_features = nullptr) const;
+  // Throws std::logic_error before Fit.
+  CostPrediction Predict(const ModelInput& input) const;
+  CostPrediction Predict(const Problem& problem, const NamedValues& config,
+                         const StaticFeatures* static_features = nullptr) const;
+  // The log ms that ensemble member k predicts: one coherent sample of the landscape.
+  double PredictMember(size_t k, const ModelInput& input) const;
+
+  // Writes the model (options, device, training rows and trees) in a versioned binary format.
+  void Save(std::ostream& out) const;
+  // Reads what Save wrote. Throws ModelError naming the problem: not a cost model, another format
+  // version, another feature set, or a truncated stream.
+  static CostModel Load(std::istream& in);
+
+  // The format version that Save writes and Load accepts.
+  static constexpr uint64_t kFormatVersion = 1;
+
+ private:
+  // What is kept of one training row besides its features.
+  struct Row {
+    std::string family;
+    double log_offset;
+    double log_ms;  // NaN unless ok.
+    Status status;
+    double weight;
+  };
+
+  // True when some training row is of `family`.
+  bool FamilySeen(const std::string& family) const;
+
+  CostModelOptions options_;
+  FeatureExtractor extractor_;
+  std::vector<Row> rows_;
+  std::vector<std::string> families_;  // Families of the rows, sorted.
+  std::vector<double> time_x_;         // Row-major time features of rows_.
+  std::vector<double> failure_x_;      // Row-major failure features of rows_.
+  std::vector<Gbdt> members_;
+  std::vector<std::pair<Status, Gbdt>> failure_models_;
+};
+
+}  // namespace dr_kernel
+
+#endif  // DR_KERNEL_MODEL_COST_MODEL_H_

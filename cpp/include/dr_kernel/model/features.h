@@ -1,0 +1,130 @@
+// Features of a (problem, configuration) pair for the cost model: a fixed-length vector of numbers
+// that says, in a GPU's terms, what launching the kernel with that configuration will do.
+//
+// Every family gets generic features (log2 of each config and shape value: block sizes, group,
+// warps and stages by name, other parameters by position in name order; the usual Triton launch
+// parameters, static analysis of the compiled kernel when known). Families whose semantics
+// are known (matmul, attention, softmax, rmsnorm) also get derived features: program instances,
+// waves over the SMs, tail-wave efficiency, work and traffic per program, padding waste, loop trip
+// counts, registers' worth of live elements per thread, an estimate of shared memory. The family
+// knowledge lives in one table in features.cc; any other kernel falls back to generic features.
+#ifndef DR_KERNEL_MODEL_FEATURES_H_
+#define DR_KERNEL_MODEL_FEATURES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dr_kernel/problem.h"
+#include "dr_kernel/value.h"
+
+namespace dr_kernel {
+
+// The GPU that features describe. Defaults are an NVIDIA H200 (SXM, 132 SMs, Hopper).
+struct DeviceDescription {
+  std::string name = "NVIDIA H200";
+  int sm_count = 132;
+  int64_t smem_per_block = 232448;  // Most shared memory one block may use (opt-in), bytes.
+  int64_t smem_per_sm = 233472;     // Shared memory of one SM, bytes.
+  int regs_per_sm = 65536;          // 32-bit registers of one SM.
+  int max_threads_per_sm = 2048;
+  int max_blocks_per_sm = 32;
+  // Hopper's warp-group MMA (wgmma): used by Triton when a dot has >= 4 warps and >= 64 rows; its
+  // pipelines keep num_stages operand buffers in shared memory instead of num_stages - 1.
+  bool has_warpgroup_mma = true;
+  double peak_tflops = 989.0;         // Dense fp16 tensor-core peak.
+  double dram_tb_per_s = 4.8;         // HBM bandwidth.
+  double launch_overhead_ms = 0.004;  // Launch and ramp-up time that even an empty kernel costs.
+  double l2_tb_per_s = 12.0;          // L2 bandwidth that re-read tiles are served at.
+  double memory_latency_us = 1.0;     // Loaded DRAM latency: bytes in flight / latency bounds bandwidth.
+  double mma_sync_fraction = 0.5;     // Tensor-core rate of the older mma.sync path relative to wgmma.
+  double fp32_tflops = 67.0;          // CUDA-core rate, for kernels without dots.
+  double sfu_tops = 4.2;              // Special-function unit rate (exp2, rsqrt): 16 per clock per SM.
+  int warps_to_saturate = 16;         // Resident warps an SM needs to keep CUDA cores and SFUs busy.
+  int max_regs_per_thread = 255;      // Beyond this the compiler spills to local memory.
+
+  // The roofline time of a problem: the larger of its compute and memory time plus launch overhead.
+  double RooflineMs(double flops, double bytes) const;
+};
+
+// What static analysis of a compiled kernel reports (registers, spills, shared memory); -1 when
+// unknown.
+struct StaticFeatures {
+  int n_regs = -1;
+  int n_spills = -1;
+  int64_t shared = -1;
+
+  // The static fields of a measurement (all -1 when it has none).
+  static StaticFeatures From(const Measurement& m);
+  bool known() const { return n_regs >= 0; }
+};
+
+// What the family table knows about one launch; every field is 0 when the family is unknown.
+struct KernelEstimate {
+  bool known = false;           // True when a family model computed the fields below.
+  double programs = 0;          // Program instances (tiles) in the grid.
+  double flops = 0;             // Useful floating-point operations of the problem.
+  double bytes = 0;             // Fewest bytes the problem must move to and from DRAM.
+  double tile_flops = 0;        // Operations one program performs, padding and masked work included.
+  double tile_sfu_ops = 0;      // Special-function operations (exponentials) one program performs.
+  double tile_bytes = 0;        // Bytes one program loads and stores.
+  double padding_waste = 0;     // Fraction of the work done on padding or masked-out elements.
+  double loop_iters = 0;        // Trip count of a program's main loop.
+  double elems_per_thread = 0;  // Live accumulator/row elements per thread.
+  double regs_per_thread = 0;   // Estimated 32-bit registers per thread the kernel needs.
+  double smem_bytes = 0;        // Estimated shared memory per program, bytes.
+  double stage_bytes = 0;       // Bytes one program loads per pipeline stage (loop iteration).
+  double buffers = 1;           // Loads a program keeps in flight (pipeline depth).
+  bool warpgroup_mma = false;   // The dot runs as Hopper wgmma.
+  bool tensor_cores = false;    // The main loop is a dot (else CUDA-core arithmetic).
+};
+
+// Turns (problem, config, optional static features) into a fixed-length feature vector.
+// Cheap to copy; thread-safe (const) after construction.
+class FeatureExtractor {
+ public:
+  explicit FeatureExtractor(DeviceDescription device = {});
+
+  // Number of features, their names (in vector order) and the device.
+  static size_t size();
+  static const std::vector<std::string>& names();
+  const DeviceDescription& device() const { return device_; }
+
+  // The feature vector; `static_features` may be nullptr (the "missing" indicator is then set).
+  std::vector<double> Extract(const Problem& problem, const NamedValues& config,
+                              const StaticFeatures* static_features = nullptr) const;
+  // Writes size() features into `out`.
+  void Extract(const Problem& problem, const NamedValues& config, const StaticFeatures* static_features,
+               double* out) const;
+
+  // What the family table knows about the launch (estimate.known is false for unknown families).
+  KernelEstimate Estimate(const Problem& problem, const NamedValues& config) const;
+  // log(roofline ms) of the problem; 0 for families the table does not know. Depends on the
+  // problem only, not on the config.
+  double LogRooflineMs(const Problem& problem) const;
+  // A first-principles time of one launch, ms: the busiest SM's share of the tiles at the
+  // tensor-core rate (or the CUDA-core and special-function rates, scaled by how many warps the
+  // SM can hold), against the traffic (spills included) at the bandwidth that the loads in flight
+  // can sustain. Crude, but it knows about waves, padding, pipelining and register pressure; NaN
+  // for unknown families. The cost model predicts log time relative to it.
+  double AnalyticMs(const KernelEstimate& e, double num_warps) const;
+
+  // Families with derived features, e.g. {"matmul", "attention", "softmax", "rmsnorm"}.
+  static std::vector<std::string> KnownFamilies();
+
+ private:
+  DeviceDescription device_;
+};
+
+// Positions of some features in the vector, for tests and for masking.
+namespace feature {
+constexpr int kMaxConfigSlots = 6;  // log2 of the first 6 other config values, by name.
+constexpr int kMaxShapeSlots = 6;   // log2 of the first 6 shape values, by name.
+}  // namespace feature
+
+// The position of the feature called `name`; throws std::out_of_range for an unknown name.
+size_t FeatureIndex(const std::string& name);
+
+}  // namespace dr_kernel
+
+#endif  // DR_KERNEL_MODEL_FEATURES_H_

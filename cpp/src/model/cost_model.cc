@@ -1,0 +1,428 @@
+#include "dr_kernel/model/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "dr_kernel/rng.h"
+
+namespace dr_kernel {
+
+namespace {
+
+constexpr char kMagic[] = "dr_kernel cost model\n";
+
+// Positions of the baseline times (log2 ms; 0 for unknown families) in the feature vector.
+const size_t kRooflineFeature = FeatureIndex("roofline_ms_log2");
+const size_t kAnalyticFeature = FeatureIndex("analytic_ms_log2");
+
+// Statuses that say the config itself fails (as opposed to kOk, or kInvalid: not a config at all).
+bool IsFailure(Status s) { return s != Status::kOk && s != Status::kInvalid; }
+
+// Runs fn(0..n) on up to `threads` threads; each index writes only its own results.
+template <typename Fn>
+void ParallelFor(size_t n, int threads, Fn fn) {
+  size_t workers =
+      threads > 0 ? static_cast<size_t>(threads) : std::max(1u, std::thread::hardware_concurrency());
+  workers = std::min(workers, n);
+  if (workers <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (size_t w = 0; w < workers; ++w)
+    pool.emplace_back([&, w] {
+      for (size_t i = w; i < n; i += workers) fn(i);
+    });
+  for (auto& t : pool) t.join();
+}
+
+void WriteTrees(std::ostream& out, const GbdtOptions& o) {
+  io::WriteU64(out, static_cast<uint64_t>(o.loss));
+  io::WriteU64(out, static_cast<uint64_t>(o.num_trees));
+  io::WriteU64(out, static_cast<uint64_t>(o.max_depth));
+  io::WriteF64(out, o.learning_rate);
+  io::WriteU64(out, static_cast<uint64_t>(o.min_samples_leaf));
+  io::WriteF64(out, o.l2);
+  io::WriteF64(out, o.min_split_gain);
+  io::WriteF64(out, o.subsample);
+  io::WriteF64(out, o.colsample);
+  io::WriteU64(out, static_cast<uint64_t>(o.max_bins));
+  io::WriteU64(out, o.seed);
+}
+
+GbdtOptions ReadTrees(std::istream& in) {
+  GbdtOptions o;
+  o.loss = static_cast<Loss>(io::ReadU64(in, "tree options"));
+  o.num_trees = static_cast<int>(io::ReadU64(in, "tree options"));
+  o.max_depth = static_cast<int>(io::ReadU64(in, "tree options"));
+  o.learning_rate = io::ReadF64(in, "tree options");
+  o.min_samples_leaf = static_cast<int>(io::ReadU64(in, "tree options"));
+  o.l2 = io::ReadF64(in, "tree options");
+  o.min_split_gain = io::ReadF64(in, "tree options");
+  o.subsample = io::ReadF64(in, "tree options");
+  o.colsample = io::ReadF64(in, "tree options");
+  o.max_bins = static_cast<int>(io::ReadU64(in, "tree options"));
+  o.seed = io::ReadU64(in, "tree options");
+  return o;
+}
+
+}  // namespace
+
+GbdtOptions CostModelOptions::DefaultTimeTrees() {
+  GbdtOptions o;
+  o.loss = Loss::kSquared;
+  // Leave-one-problem-out ranking barely moves with these (benchmarks/cost_model.md); 100 trees
+  // keep prediction near 4 us per config.
+  o.num_trees = 100;
+  o.max_depth = 6;
+  o.learning_rate = 0.1;
+  o.min_samples_leaf = 5;
+  o.l2 = 1.0;
+  o.subsample = 0.8;
+  o.colsample = 0.8;
+  o.max_bins = 64;
+  return o;
+}
+
+GbdtOptions CostModelOptions::DefaultFailureTrees() {
+  GbdtOptions o;
+  o.loss = Loss::kLogistic;
+  o.num_trees = 40;
+  o.max_depth = 4;
+  o.learning_rate = 0.3;
+  // Failures of one corner of one problem (compile timeouts) otherwise spill over to unrelated
+  // configs of other families: with 3, 12 ok attention configs were called failures.
+  o.min_samples_leaf = 10;
+  o.l2 = 1.0;
+  o.subsample = 1.0;
+  o.colsample = 1.0;
+  o.max_bins = 64;
+  return o;
+}
+
+double CostPrediction::ms() const { return std::exp(log_ms); }
+
+CostModel::CostModel(CostModelOptions options, DeviceDescription device)
+    : options_(std::move(options)), extractor_(std::move(device)) {
+  if (options_.ensemble_size < 1) throw std::invalid_argument("a cost model needs ensemble_size >= 1");
+}
+
+size_t CostModel::num_ok_rows() const {
+  return static_cast<size_t>(
+      std::count_if(rows_.begin(), rows_.end(), [](const Row& r) { return r.status == Status::kOk; }));
+}
+
+ModelInput CostModel::Input(const Problem& problem, const NamedValues& config,
+                            const StaticFeatures* static_features) const {
+  ModelInput in;
+  in.failure_features = extractor_.Extract(problem, config, nullptr);
+  if (options_.use_static_features && static_features && static_features->known()) {
+    in.time_features = extractor_.Extract(problem, config, static_features);
+  } else {
+    in.time_features = in.failure_features;
+  }
+  in.family_seen = FamilySeen(problem.family);
+  switch (options_.baseline) {
+    case TimeBaseline::kNone:
+      in.log_offset = 0;
+      break;
+    case TimeBaseline::kRoofline:
+      in.log_offset = std::log(2.0) * in.failure_features[kRooflineFeature];
+      break;
+    case TimeBaseline::kAnalytic:
+      in.log_offset = std::log(2.0) * in.failure_features[kAnalyticFeature];
+      break;
+  }
+  return in;
+}
+
+void CostModel::Add(const Problem& problem, const NamedValues& config, const Measurement& m, double weight) {
+  if (m.status == Status::kInvalid || !(weight > 0)) return;
+  if (m.ok() && !(m.ms > 0)) return;
+  const StaticFeatures st = StaticFeatures::From(m);
+  const ModelInput in = Input(problem, config, &st);
+  const auto it = std::lower_bound(families_.begin(), families_.end(), problem.family);
+  if (it == families_.end() || *it != problem.family) families_.insert(it, problem.family);
+  rows_.push_back({problem.family, in.log_offset, m.ok() ? std::log(m.ms) : kNaN, m.status, weight});
+  time_x_.insert(time_x_.end(), in.time_features.begin(), in.time_features.end());
+  failure_x_.insert(failure_x_.end(), in.failure_features.begin(), in.failure_features.end());
+}
+
+void CostModel::Add(const ProblemTable& table, double weight) {
+  for (const auto& row : table.rows) Add(table.problem, row.config, row.measurement, weight);
+}
+
+void CostModel::Fit() {
+  const size_t nf = FeatureExtractor::size();
+  // Time: ok rows, target log ms relative to the roofline so that trees learn efficiency, which
+  // transfers across problem sizes, rather than size itself.
+  Dataset time;
+  time.num_features = nf;
+  for (size_t i = 0; i < rows_.size(); ++i)
+    if (rows_[i].status == Status::kOk)
+      time.Add(&time_x_[i * nf], rows_[i].log_ms - rows_[i].log_offset, rows_[i].weight);
+  if (time.num_rows() == 0)
+    throw std::invalid_argument("the cost model has no ok measurement to fit; add measured rows first");
+  const FeatureBins time_bins = FeatureBins::Fit(time, options_.time_trees.max_bins);
+  const std::vector<uint8_t> time_binned = time_bins.BinRows(time);
+
+  const size_t k = static_cast<size_t>(options_.ensemble_size);
+  std::vector<Gbdt> members(k);
+  ParallelFor(k, options_.threads, [&](size_t m) {
+    // Bootstrap: each row weighs its row weight times how often a draw with replacement picks it.
+    Rng rng(options_.seed * 1000003 + m);
+    Dataset sample = time;
+    std::vector<double> count(time.num_rows(), 0.0);
+    if (k > 1)
+      for (size_t i = 0; i < time.num_rows(); ++i) count[rng.Below(time.num_rows())] += 1;
+    else
+      std::fill(count.begin(), count.end(), 1.0);
+    sample.weight.assign(time.num_rows(), 1.0);
+    for (size_t i = 0; i < time.num_rows(); ++i)
+      sample.weight[i] = count[i] * (time.weight.empty() ? 1.0 : time.weight[i]);
+    GbdtOptions o = options_.time_trees;
+    o.seed = options_.seed * 7919 + m * 104729 + 1;
+    members[m].Fit(sample, time_bins, time_binned, o);
+  });
+
+  // Failures: every row, one classifier per failure status that the rows contain.
+  Dataset fail;
+  fail.num_features = nf;
+  std::vector<Status> statuses;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    fail.Add(&failure_x_[i * nf], 0.0, rows_[i].weight);
+    if (IsFailure(rows_[i].status) &&
+        std::find(statuses.begin(), statuses.end(), rows_[i].status) == statuses.end())
+      statuses.push_back(rows_[i].status);
+  }
+  std::sort(statuses.begin(), statuses.end());
+  std::vector<std::pair<Status, Gbdt>> failure_models(statuses.size());
+  if (!statuses.empty()) {
+    const FeatureBins fail_bins = FeatureBins::Fit(fail, options_.failure_trees.max_bins);
+    const std::vector<uint8_t> fail_binned = fail_bins.BinRows(fail);
+    ParallelFor(statuses.size(), options_.threads, [&](size_t s) {
+      Dataset labelled = fail;
+      for (size_t i = 0; i < rows_.size(); ++i) labelled.y[i] = rows_[i].status == statuses[s] ? 1.0 : 0.0;
+      GbdtOptions o = options_.failure_trees;
+      o.seed = options_.seed * 6151 + static_cast<uint64_t>(statuses[s]) + 17;
+      failure_models[s].first = statuses[s];
+      failure_models[s].second.Fit(labelled, fail_bins, fail_binned, o);
+    });
+  }
+  members_ = std::move(members);
+  failure_models_ = std::move(failure_models);
+}
+
+void CostModel::Update(const Problem& problem, const std::vector<std::pair<NamedValues, Measurement>>& batch,
+                       double weight) {
+  for (const auto& [config, m] : batch) Add(problem, config, m, weight);
+  Fit();
+}
+
+bool CostModel::FamilySeen(const std::string& family) const {
+  return std::binary_search(families_.begin(), families_.end(), family);
+}
+
+CostPrediction CostModel::Predict(const ModelInput& input) const {
+  if (!fitted()) throw std::logic_error("the cost model has not been fitted; call Fit() after adding rows");
+  CostPrediction p;
+  if (!input.family_seen && options_.baseline == TimeBaseline::kAnalytic && input.log_offset != 0) {
+    p.log_ms = input.log_offset;
+    p.log_ms_std = options_.unseen_family_log_std;
+  } else {
+    double sum = 0, sum2 = 0;
+    for (const Gbdt& m : members_) {
+      const double v = m.Predict(input.time_features.data());
+      sum += v;
+      sum2 += v * v;
+    }
+    const double k = static_cast<double>(members_.size());
+    const double mean = sum / k;
+    p.log_ms = mean + input.log_offset;
+    p.log_ms_std = k > 1 ? std::sqrt(std::max(0.0, (sum2 - k * mean * mean) / (k - 1))) : 0.0;
+  }
+  double survive = 1;
+  for (const auto& [status, model] : failure_models_) {
+    const double q = model.PredictProbability(input.failure_features.data());
+    p.p_status[static_cast<size_t>(status)] = q;
+    survive *= 1 - q;
+  }
+  p.p_fail = 1 - survive;
+  return p;
+}
+
+CostPrediction CostModel::Predict(const Problem& problem, const NamedValues& config,
+                                  const StaticFeatures* static_features) const {
+  return Predict(Input(problem, config, static_features));
+}
+
+double CostModel::PredictMember(size_t k, const ModelInput& input) const {
+  if (k >= members_.size())
+    throw std::out_of_range("ensemble member " + std::to_string(k) + " does not exist (the model has " +
+                            std::to_string(members_.size()) + ")");
+  if (!input.family_seen && options_.baseline == TimeBaseline::kAnalytic && input.log_offset != 0)
+    return input.log_offset;
+  return members_[k].Predict(input.time_features.data()) + input.log_offset;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams.
+
+void CostModel::Save(std::ostream& out) const {
+  out.write(kMagic, sizeof kMagic - 1);
+  io::WriteU64(out, kFormatVersion);
+  // Options.
+  io::WriteU64(out, static_cast<uint64_t>(options_.ensemble_size));
+  WriteTrees(out, options_.time_trees);
+  WriteTrees(out, options_.failure_trees);
+  io::WriteU64(out, options_.use_static_features ? 1 : 0);
+  io::WriteU64(out, static_cast<uint64_t>(options_.baseline));
+  io::WriteF64(out, options_.unseen_family_log_std);
+  io::WriteU64(out, options_.seed);
+  // Device.
+  const DeviceDescription& d = extractor_.device();
+  io::WriteString(out, d.name);
+  for (int64_t v :
+       {int64_t{d.sm_count}, d.smem_per_block, d.smem_per_sm, int64_t{d.regs_per_sm},
+        int64_t{d.max_threads_per_sm}, int64_t{d.max_blocks_per_sm}, int64_t{d.has_warpgroup_mma}})
+    io::WriteU64(out, static_cast<uint64_t>(v));
+  io::WriteF64(out, d.peak_tflops);
+  io::WriteF64(out, d.dram_tb_per_s);
+  io::WriteF64(out, d.launch_overhead_ms);
+  io::WriteF64(out, d.l2_tb_per_s);
+  io::WriteF64(out, d.memory_latency_us);
+  io::WriteF64(out, d.mma_sync_fraction);
+  io::WriteF64(out, d.fp32_tflops);
+  io::WriteU64(out, static_cast<uint64_t>(d.max_regs_per_thread));
+  io::WriteF64(out, d.sfu_tops);
+  io::WriteU64(out, static_cast<uint64_t>(d.warps_to_saturate));
+  // Feature set.
+  const auto& names = FeatureExtractor::names();
+  io::WriteU64(out, names.size());
+  for (const auto& n : names) io::WriteString(out, n);
+  // Training rows.
+  io::WriteU64(out, rows_.size());
+  for (const Row& r : rows_) {
+    io::WriteString(out, r.family);
+    io::WriteF64(out, r.log_offset);
+    io::WriteF64(out, r.log_ms);
+    io::WriteU64(out, static_cast<uint64_t>(r.status));
+    io::WriteF64(out, r.weight);
+  }
+  for (double v : time_x_) io::WriteF64(out, v);
+  for (double v : failure_x_) io::WriteF64(out, v);
+  // Trees.
+  io::WriteU64(out, members_.size());
+  for (const Gbdt& m : members_) m.Save(out);
+  io::WriteU64(out, failure_models_.size());
+  for (const auto& [status, model] : failure_models_) {
+    io::WriteU64(out, static_cast<uint64_t>(status));
+    model.Save(out);
+  }
+  if (!out) throw ModelError("could not write the cost model: the output stream failed (disk full?)");
+}
+
+CostModel CostModel::Load(std::istream& in) {
+  char magic[sizeof kMagic - 1] = {};
+  in.read(magic, sizeof magic);
+  if (!in || std::memcmp(magic, kMagic, sizeof magic) != 0)
+    throw ModelError(
+        "the stream is not a dr_kernel cost model (it does not start with 'dr_kernel cost model'); "
+        "pass a file written by CostModel::Save");
+  const uint64_t version = io::ReadU64(in, "the format version");
+  if (version != kFormatVersion)
+    throw ModelError("the cost model was saved in format version " + std::to_string(version) +
+                     " but this build reads version " + std::to_string(kFormatVersion) +
+                     "; refit the model with this build or load it with the build that saved it");
+  CostModelOptions o;
+  o.ensemble_size = static_cast<int>(io::ReadU64(in, "the options"));
+  o.time_trees = ReadTrees(in);
+  o.failure_trees = ReadTrees(in);
+  o.use_static_features = io::ReadU64(in, "the options") != 0;
+  const uint64_t baseline = io::ReadU64(in, "the options");
+  if (baseline > static_cast<uint64_t>(TimeBaseline::kAnalytic))
+    throw ModelError("the cost model stream names an unknown time baseline; it is corrupt");
+  o.baseline = static_cast<TimeBaseline>(baseline);
+  o.unseen_family_log_std = io::ReadF64(in, "the options");
+  o.seed = io::ReadU64(in, "the options");
+  if (o.ensemble_size < 1 || o.ensemble_size > 10000)
+    throw ModelError("the cost model stream has an implausible ensemble size; it is corrupt");
+  DeviceDescription d;
+  d.name = io::ReadString(in, "the device");
+  d.sm_count = static_cast<int>(io::ReadU64(in, "the device"));
+  d.smem_per_block = static_cast<int64_t>(io::ReadU64(in, "the device"));
+  d.smem_per_sm = static_cast<int64_t>(io::ReadU64(in, "the device"));
+  d.regs_per_sm = static_cast<int>(io::ReadU64(in, "the device"));
+  d.max_threads_per_sm = static_cast<int>(io::ReadU64(in, "the device"));
+  d.max_blocks_per_sm = static_cast<int>(io::ReadU64(in, "the device"));
+  d.has_warpgroup_mma = io::ReadU64(in, "the device") != 0;
+  d.peak_tflops = io::ReadF64(in, "the device");
+  d.dram_tb_per_s = io::ReadF64(in, "the device");
+  d.launch_overhead_ms = io::ReadF64(in, "the device");
+  d.l2_tb_per_s = io::ReadF64(in, "the device");
+  d.memory_latency_us = io::ReadF64(in, "the device");
+  d.mma_sync_fraction = io::ReadF64(in, "the device");
+  d.fp32_tflops = io::ReadF64(in, "the device");
+  d.max_regs_per_thread = static_cast<int>(io::ReadU64(in, "the device"));
+  d.sfu_tops = io::ReadF64(in, "the device");
+  d.warps_to_saturate = static_cast<int>(io::ReadU64(in, "the device"));
+
+  const auto& names = FeatureExtractor::names();
+  const uint64_t nf = io::ReadU64(in, "the feature names");
+  if (nf > 100000) throw ModelError("the cost model stream has an implausible feature count; it is corrupt");
+  std::vector<std::string> saved(nf);
+  for (auto& n : saved) n = io::ReadString(in, "the feature names");
+  if (saved != names) {
+    size_t i = 0;
+    while (i < saved.size() && i < names.size() && saved[i] == names[i]) ++i;
+    throw ModelError("the cost model was saved with another feature set (" + std::to_string(saved.size()) +
+                     " features, this build has " + std::to_string(names.size()) + "; first difference at " +
+                     std::to_string(i) + ": '" + (i < saved.size() ? saved[i] : "") + "' vs '" +
+                     (i < names.size() ? names[i] : "") + "'); refit the model with this build");
+  }
+
+  CostModel model(o, d);
+  const uint64_t num_rows = io::ReadU64(in, "the training rows");
+  if (num_rows > (1u << 26))
+    throw ModelError("the cost model stream has an implausible row count; it is corrupt");
+  model.rows_.resize(num_rows);
+  for (Row& r : model.rows_) {
+    r.family = io::ReadString(in, "a training row");
+    const auto it = std::lower_bound(model.families_.begin(), model.families_.end(), r.family);
+    if (it == model.families_.end() || *it != r.family) model.families_.insert(it, r.family);
+    r.log_offset = io::ReadF64(in, "a training row");
+    r.log_ms = io::ReadF64(in, "a training row");
+    const uint64_t s = io::ReadU64(in, "a training row");
+    if (s >= kNumStatuses)
+      throw ModelError("the cost model stream has a row with an unknown status; it is corrupt");
+    r.status = static_cast<Status>(s);
+    r.weight = io::ReadF64(in, "a training row");
+  }
+  model.time_x_.resize(num_rows * nf);
+  for (double& v : model.time_x_) v = io::ReadF64(in, "the training features");
+  model.failure_x_.resize(num_rows * nf);
+  for (double& v : model.failure_x_) v = io::ReadF64(in, "the training features");
+
+  const uint64_t members = io::ReadU64(in, "the ensemble");
+  if (members > 10000) throw ModelError("the cost model stream has an implausible ensemble; it is corrupt");
+  for (uint64_t i = 0; i < members; ++i) model.members_.push_back(Gbdt::Load(in));
+  const uint64_t classifiers = io::ReadU64(in, "the failure classifiers");
+  if (classifiers > kNumStatuses)
+    throw ModelError("the cost model stream has too many classifiers; it is corrupt");
+  for (uint64_t i = 0; i < classifiers; ++i) {
+    const uint64_t s = io::ReadU64(in, "a failure classifier");
+    if (s >= kNumStatuses)
+      throw ModelError("the cost model stream has an unknown failure status; it is corrupt");
+    model.failure_models_.emplace_back(static_cast<Status>(s), Gbdt::Load(in));
+  }
+  for (const Gbdt& m : model.members_)
+    if (m.num_features() != nf)
+      throw ModelError("a saved tree ensemble disagrees with the feature count; it is corrupt");
+  return model;
+}
+
+}  // namespace dr_kernel

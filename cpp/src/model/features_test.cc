@@ -1,0 +1,165 @@
+#include "dr_kernel/model/features.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "dr_kernel/table.h"
+
+namespace dr_kernel {
+namespace {
+
+double At(const std::vector<double>& f, const char* name) { return f[FeatureIndex(name)]; }
+
+// The recorded 4096^3 matmul row of data/README.md: BLOCK 128 x 256 x 64, GROUP_M 8, 8 warps,
+// 3 stages, 220 registers, no spills, 147,456 B of shared memory.
+TEST(FeaturesTest, RecordedMatmulRowMatchesHandComputedValues) {
+  const auto tables = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/matmul.jsonl"});
+  const TableRow* row = nullptr;
+  const ProblemTable* table = nullptr;
+  for (const auto& t : tables)
+    for (const auto& r : t.rows)
+      if (ToDouble(*Find(t.problem.shape, "M")) == 4096 &&
+          ToJson(r.config) ==
+              R"({"BLOCK_K":64,"BLOCK_M":128,"BLOCK_N":256,"GROUP_M":8,"num_stages":3,"num_warps":8})") {
+        row = &r;
+        table = &t;
+      }
+  ASSERT_NE(row, nullptr);
+  ASSERT_EQ(row->measurement.shared, 147456);
+  const FeatureExtractor fx;
+  const StaticFeatures st = StaticFeatures::From(row->measurement);
+  const std::vector<double> f = fx.Extract(table->problem, row->config, &st);
+  ASSERT_EQ(f.size(), FeatureExtractor::size());
+
+  EXPECT_EQ(At(f, "family_matmul"), 1);
+  EXPECT_EQ(At(f, "family_other"), 0);
+  // Every parameter has a named feature, so the extra slots stay empty.
+  EXPECT_DOUBLE_EQ(At(f, "block_k_log2"), 6);
+  EXPECT_DOUBLE_EQ(At(f, "block_n_log2"), 8);
+  EXPECT_DOUBLE_EQ(At(f, "group_log2"), 3);
+  EXPECT_DOUBLE_EQ(At(f, "extra_param0_log2"), 0);
+  EXPECT_DOUBLE_EQ(At(f, "shape0_log2"), 12);  // K, M, N.
+  EXPECT_DOUBLE_EQ(At(f, "num_warps_log2"), 3);
+  EXPECT_DOUBLE_EQ(At(f, "num_stages"), 3);
+  EXPECT_DOUBLE_EQ(At(f, "block_m_log2"), 7);
+  EXPECT_DOUBLE_EQ(At(f, "block_product_log2"), 21);  // 128 * 256 * 64.
+  // Problem: 2 M N K flops, 2 bytes x (MK + KN + MN).
+  EXPECT_DOUBLE_EQ(At(f, "problem_flops_log2"), 37);
+  EXPECT_DOUBLE_EQ(At(f, "problem_bytes_log2"), std::log2(2.0 * 3 * 4096 * 4096));
+  // 32 x 16 = 512 tiles over 132 SMs: 3.88 waves, the last one 88 % full.
+  EXPECT_DOUBLE_EQ(At(f, "programs_log2"), 9);
+  EXPECT_DOUBLE_EQ(At(f, "waves"), 512.0 / 132);
+  EXPECT_DOUBLE_EQ(At(f, "tail_efficiency"), 512.0 / (4 * 132));
+  EXPECT_DOUBLE_EQ(At(f, "sm_fill"), 1);
+  // Per tile: 2 * 128 * 256 * 4096 flops; loads (128 + 256) * 4096 and stores 128 * 256 halves.
+  EXPECT_DOUBLE_EQ(At(f, "tile_flops_log2"), 28);
+  EXPECT_DOUBLE_EQ(At(f, "tile_bytes_log2"), std::log2(2.0 * (384 * 4096 + 128 * 256)));
+  EXPECT_DOUBLE_EQ(At(f, "padding_waste"), 0);
+  EXPECT_DOUBLE_EQ(At(f, "loop_iters_log2"), 6);
+  EXPECT_DOUBLE_EQ(At(f, "elems_per_thread_log2"), 7);  // 128 * 256 / 256 threads.
+  // wgmma (8 warps, BLOCK_M >= 64) keeps num_stages buffers: (128 + 256) * 64 * 2 B * 3, which is
+  // exactly the recorded shared memory.
+  EXPECT_EQ(At(f, "warpgroup_mma"), 1);
+  EXPECT_DOUBLE_EQ(At(f, "smem_estimate_log2"), std::log2(147456.0));
+  EXPECT_DOUBLE_EQ(At(f, "smem_fraction"), 147456.0 / 232448);
+  EXPECT_EQ(At(f, "smem_over_limit"), 0);
+  EXPECT_EQ(At(f, "blocks_per_sm_by_smem"), 1);
+  // Static analysis as recorded.
+  EXPECT_EQ(At(f, "static_missing"), 0);
+  EXPECT_EQ(At(f, "n_regs"), 220);
+  EXPECT_EQ(At(f, "n_spills_log2"), 0);
+  EXPECT_DOUBLE_EQ(At(f, "shared_log2"), std::log2(147457.0));
+  EXPECT_EQ(At(f, "blocks_per_sm_by_regs"), 1);  // 65536 / (220 * 256).
+  EXPECT_EQ(At(f, "resident_warps_per_sm"), 8);
+}
+
+TEST(FeaturesTest, SharedMemoryEstimateMatchesEveryRecordedMatmulRow) {
+  const auto tables = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/matmul.jsonl"});
+  const FeatureExtractor fx;
+  int checked = 0;
+  for (const auto& t : tables)
+    for (const auto& r : t.rows)
+      if (r.measurement.ok()) {
+        ASSERT_EQ(fx.Estimate(t.problem, r.config).smem_bytes, r.measurement.shared) << ToJson(r.config);
+        ++checked;
+      } else if (r.measurement.status == Status::kOutOfResources) {
+        EXPECT_GT(fx.Estimate(t.problem, r.config).smem_bytes, fx.device().smem_per_block);
+      }
+  EXPECT_GT(checked, 5000);
+}
+
+TEST(FeaturesTest, MissingStaticFeaturesAreMarked) {
+  const Problem p{"matmul", {{"M", int64_t{1000}}, {"N", int64_t{1000}}, {"K", int64_t{1000}}}, "", ""};
+  const NamedValues c = {{"BLOCK_M", int64_t{64}}, {"BLOCK_N", int64_t{64}}, {"BLOCK_K", int64_t{32}}};
+  const FeatureExtractor fx;
+  const auto f = fx.Extract(p, c);
+  EXPECT_EQ(At(f, "static_missing"), 1);
+  EXPECT_EQ(At(f, "n_regs"), -1);
+  // 1000 / 64 rounds up to 16 tiles a side: 1 - 1000^2 / 1024^2 of each tile is padding (K = 1000
+  // pads to 1024 too).
+  EXPECT_NEAR(At(f, "padding_waste"), 1 - std::pow(1000.0 / 1024, 3), 1e-12);
+  // Defaults of Triton when the config omits them: 4 warps, 3 stages.
+  EXPECT_EQ(At(f, "num_warps_log2"), 2);
+  EXPECT_EQ(At(f, "num_stages"), 3);
+}
+
+TEST(FeaturesTest, ParameterOrderDoesNotMatter) {
+  const Problem p{"attention",
+                  {{"Z", int64_t{2}},
+                   {"H", int64_t{8}},
+                   {"N_CTX", int64_t{2048}},
+                   {"HEAD_DIM", int64_t{64}},
+                   {"CAUSAL", true}},
+                  "",
+                  ""};
+  Problem q = p;
+  std::reverse(q.shape.begin(), q.shape.end());
+  const NamedValues a = {{"BLOCK_M", int64_t{128}},
+                         {"BLOCK_N", int64_t{64}},
+                         {"num_warps", int64_t{4}},
+                         {"num_stages", int64_t{3}}};
+  NamedValues b = a;
+  std::reverse(b.begin(), b.end());
+  const FeatureExtractor fx;
+  EXPECT_EQ(fx.Extract(p, a), fx.Extract(q, b));
+  // Causal attention visits about half the key blocks.
+  const auto f = fx.Extract(p, a);
+  EXPECT_EQ(At(f, "family_attention"), 1);
+  EXPECT_GT(At(f, "padding_waste"), 0);
+  EXPECT_LT(At(f, "padding_waste"), 0.1);
+}
+
+TEST(FeaturesTest, UnknownFamiliesGetGenericFeaturesOnly) {
+  const Problem p{"my_kernel", {{"n", int64_t{1 << 20}}, {"dtype", std::string("fp16")}}, "", ""};
+  const NamedValues c = {{"BLOCK_SIZE", int64_t{1024}}, {"num_warps", int64_t{8}}, {"UNROLL", int64_t{4}}};
+  const FeatureExtractor fx;
+  const auto f = fx.Extract(p, c);
+  EXPECT_EQ(At(f, "family_other"), 1);
+  EXPECT_FALSE(fx.Estimate(p, c).known);
+  EXPECT_EQ(At(f, "programs_log2"), 0);
+  EXPECT_EQ(fx.LogRooflineMs(p), 0);
+  EXPECT_DOUBLE_EQ(At(f, "block_log2"), 10);            // BLOCK_SIZE is the 1-D block.
+  EXPECT_DOUBLE_EQ(At(f, "extra_param0_log2"), 2);      // UNROLL.
+  EXPECT_DOUBLE_EQ(At(f, "elems_per_thread_log2"), 2);  // 1024 / (32 * 8).
+  EXPECT_DOUBLE_EQ(At(f, "shape0_log2"), 0);            // dtype (a string) sorts first.
+  EXPECT_DOUBLE_EQ(At(f, "shape1_log2"), 20);
+  for (double v : f) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(FeaturesTest, NamesAreUniqueAndDeviceIsNotHardWired) {
+  const auto& names = FeatureExtractor::names();
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
+  EXPECT_THROW(FeatureIndex("no_such_feature"), std::out_of_range);
+  DeviceDescription small;
+  small.sm_count = 66;
+  const Problem p{"softmax", {{"rows", int64_t{132}}, {"cols", int64_t{4096}}}, "", ""};
+  const NamedValues c = {{"BLOCK", int64_t{1024}}, {"num_warps", int64_t{4}}};
+  EXPECT_DOUBLE_EQ(At(FeatureExtractor().Extract(p, c), "waves"), 1.0);
+  EXPECT_DOUBLE_EQ(At(FeatureExtractor(small).Extract(p, c), "waves"), 2.0);
+}
+
+}  // namespace
+}  // namespace dr_kernel
