@@ -23,7 +23,7 @@ TEST(FeaturesTest, RecordedMatmulRowMatchesHandComputedValues) {
     for (const auto& r : t.rows)
       if (ToDouble(*Find(t.problem.shape, "M")) == 4096 &&
           ToJson(r.config) ==
-              R"({"BLOCK_K":64,"BLOCK_M":128,"BLOCK_N":256,"GROUP_M":8,"num_stages":3,"num_warps":8})") {
+              R"({"BLOCK_M":128,"BLOCK_N":256,"BLOCK_K":64,"GROUP_M":8,"num_warps":8,"num_stages":3})") {
         row = &r;
         table = &t;
       }

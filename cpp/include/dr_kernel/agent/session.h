@@ -1,0 +1,150 @@
+// The tuning agent's decision process: where it stands in a space, what it believes of the
+// configs it has not measured, which moves it may make, and what each move is worth.
+//
+// The same Session serves simulated training episodes (TuningEpisodeEnv) and real tuning (the ppo
+// strategy): only the source of measurements differs.
+#ifndef DR_KERNEL_AGENT_SESSION_H_
+#define DR_KERNEL_AGENT_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "dr_kernel/problem.h"
+#include "dr_kernel/space.h"
+
+namespace dr_kernel::agent {
+
+// Parameters the observation has room for; a space with more cannot be tuned by the agent.
+inline constexpr int kSlots = 8;
+// Actions: 2 * slot + 0 moves parameter `slot` one step down, 2 * slot + 1 one step up, and kJump
+// measures the most promising config the session has not measured (a restart elsewhere).
+inline constexpr int kJump = 2 * kSlots;
+inline constexpr int kNumActions = 2 * kSlots + 1;
+// Sizes of the observation's parts.
+inline constexpr int kGlobalFeatures = 10;
+inline constexpr int kProblemFeatures = 4;
+inline constexpr int kSlotFeatures = 16;
+inline constexpr int kObservationSize = kGlobalFeatures + kProblemFeatures + kSlots * kSlotFeatures;
+
+// What the agent believes of every config of one problem before measuring any: the cost model's
+// predicted log time, its uncertainty and the chance the config fails. Indexed by Space::Index.
+struct Prior {
+  std::vector<double> log_ms;
+  std::vector<double> log_std;
+  std::vector<double> p_fail;
+  // Valid configs (Space::Index) in order of promise, best first; filled by Rank().
+  std::vector<uint64_t> order;
+
+  // Orders the valid configs of `space` by predicted time and failure risk.
+  void Rank(const Space& space);
+};
+
+// Rewards of the decision process, in units where a 10 % speed-up of the best so far is worth
+// about gain_scale * 0.095.
+struct RewardConfig {
+  double gain_scale = 10.0;   // Per unit of log speed-up of the best so far.
+  double eval_cost = 0.05;    // Every measurement.
+  double fail_cost = 0.2;     // A measurement that failed (out of resources, compile error, wrong).
+  double timeout_cost = 0.6;  // A compile that timed out: minutes of tuning time for nothing.
+  double free_cost = 0.02;    // A move onto an already measured config.
+  double credit = 0.5;        // Share of a new best's reward paid to the measurement before it,
+                              // halving for each earlier one (exploration that paid off).
+  int credit_steps = 3;       // How many earlier measurements share that credit.
+};
+
+// Where a move leads.
+struct Move {
+  Config config;
+  bool measure = false;  // The config is not measured yet: taking the move costs one evaluation.
+};
+
+// Reward of one step and the credit it pays to earlier measuring steps: (steps ago, reward).
+struct StepReward {
+  double reward = 0;
+  std::vector<std::pair<int, double>> credit_back;
+};
+
+class Session {
+ public:
+  // `prior` must outlive the session. `problem_features` are kProblemFeatures numbers describing
+  // the problem (see ProblemFeatures()). `budget` is the number of measurements the session plans.
+  Session(const Space& space, const Prior& prior, std::vector<double> problem_features, int64_t budget,
+          RewardConfig rewards = {});
+
+  // The observation and action mask at the current position.
+  std::vector<double> Observation() const;
+  std::vector<uint8_t> Mask() const;
+  // Where an allowed action leads; nullopt for an action the mask forbids.
+  std::optional<Move> Resolve(int action) const;
+  // Takes a move that needs no measuring (onto a measured config).
+  StepReward TakeFree(const Move& move);
+  // Records the measurement of a move's config and moves there when it ran.
+  StepReward TakeMeasured(const Move& move, const Measurement& measurement);
+  // Records a measurement taken outside the session's own moves (another walker's), without moving.
+  void Record(const Config& config, const Measurement& measurement);
+
+  // The config kJump would measure now, or nullopt when every config is measured.
+  std::optional<Config> JumpTarget() const;
+  // Believed log time of a config: the prior corrected by the residuals measured so far.
+  double Predict(const Config& config, double* std = nullptr) const;
+
+  bool has_position() const { return has_position_; }
+  const Config& position() const { return position_; }
+  int64_t evals() const { return evals_; }
+  int64_t budget() const { return budget_; }
+  double best_log_ms() const { return best_log_; }
+  bool Measured(const Config& config) const { return measured_.count(space_.Index(config)) != 0; }
+  const Space& space() const { return space_; }
+
+ private:
+  struct Result {
+    bool ok;
+    double log_ms;
+  };
+  void Observe(const Config& config, const Measurement& m);
+  void FillDirection(const Config& target, double current_log, double* out) const;
+
+  const Space& space_;
+  const Prior& prior_;
+  std::vector<double> problem_features_;
+  int64_t budget_;
+  RewardConfig rewards_;
+
+  std::unordered_map<uint64_t, Result> measured_;
+  // Residuals of ok measurements against the prior, for the online correction.
+  std::vector<std::vector<double>> residual_at_;
+  std::vector<double> residual_;
+  double residual_sum_ = 0;
+
+  bool has_position_ = false;
+  Config position_;
+  double position_log_ = kInf;
+  int64_t evals_ = 0;
+  double first_log_ = kInf, best_log_ = kInf;
+  int64_t evals_since_best_ = 0;
+  int free_streak_ = 0;
+  // Position in prior_.order before which every config is measured.
+  mutable size_t order_start_ = 0;
+  // JumpTarget() until the next measurement (Observation and Mask both ask for it).
+  mutable bool jump_known_ = false;
+  mutable std::optional<Config> jump_;
+  // Steps (counted in Take* calls) at which measurements happened that found no new best.
+  std::vector<int64_t> exploring_steps_;
+  int64_t step_ = 0;
+};
+
+// kProblemFeatures numbers describing a problem for the observation: log work, log traffic,
+// arithmetic intensity and log space size, each scaled to about [0, 1].
+std::vector<double> ProblemFeatures(double flops, double bytes, uint64_t space_size);
+
+// A prior from known true times plus noise (for tests and for simulated problems): log_ms + N(0,
+// noise) per config, with failures where `ok` is false. Deterministic in `seed`.
+Prior NoisyPrior(const std::vector<double>& true_log_ms, const std::vector<uint8_t>& ok, double noise,
+                 uint64_t seed);
+
+}  // namespace dr_kernel::agent
+
+#endif  // DR_KERNEL_AGENT_SESSION_H_

@@ -1,0 +1,270 @@
+#include "dr_kernel/agent/session.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dr_kernel/rng.h"
+
+namespace dr_kernel::agent {
+
+namespace {
+
+// Kernel width of the online correction, in encoded units (a space's parameter spans [0, 1]).
+constexpr double kBandwidth = 0.25;
+// Confidence bonus of a jump target's uncertainty, and weight of its failure risk.
+constexpr double kOptimism = 0.5;
+constexpr double kFailWeight = 2.0;
+// Free moves in a row after which moves onto measured configs are forbidden.
+constexpr int kMaxFreeStreak = 3;
+// Unmeasured candidates a jump compares after correcting their predictions.
+constexpr int kJumpCandidates = 48;
+
+double Clip(double v, double lo, double hi) { return std::min(hi, std::max(lo, v)); }
+
+double JumpScore(double mean, double std, double p_fail) { return mean - kOptimism * std + kFailWeight * p_fail; }
+
+}  // namespace
+
+void Prior::Rank(const Space& space) {
+  std::vector<std::pair<double, uint64_t>> scored;
+  space.ForEach([&](const Config& c) {
+    const uint64_t i = space.Index(c);
+    scored.emplace_back(JumpScore(log_ms[i], log_std[i], p_fail[i]), i);
+    return true;
+  });
+  std::sort(scored.begin(), scored.end());
+  order.clear();
+  for (const auto& [score, i] : scored) order.push_back(i);
+}
+
+Session::Session(const Space& space, const Prior& prior, std::vector<double> problem_features, int64_t budget,
+                 RewardConfig rewards)
+    : space_(space), prior_(prior), problem_features_(std::move(problem_features)), budget_(budget),
+      rewards_(rewards) {
+  if (space.num_params() > static_cast<size_t>(kSlots))
+    throw SpaceError("the ppo strategy handles spaces of at most " + std::to_string(kSlots) +
+                     " parameters; this one has " + std::to_string(space.num_params()) +
+                     ": use another strategy (anneal, genetic) or fix some parameters");
+  problem_features_.resize(kProblemFeatures, 0.0);
+}
+
+double Session::Predict(const Config& config, double* std) const {
+  const uint64_t index = space_.Index(config);
+  const double n = static_cast<double>(residual_.size());
+  const double bias = n > 0 ? residual_sum_ / (n + 1.0) : 0.0;
+  double weight = 0, local = 0;
+  if (!residual_.empty()) {
+    const auto here = space_.Encode(config);
+    for (size_t i = 0; i < residual_.size(); ++i) {
+      double d2 = 0;
+      for (size_t p = 0; p < here.size(); ++p) {
+        const double d = here[p] - residual_at_[i][p];
+        d2 += d * d;
+      }
+      const double w = std::exp(-d2 / (2 * kBandwidth * kBandwidth));
+      weight += w;
+      local += w * (residual_[i] - bias);
+    }
+    local /= weight + 0.5;
+  }
+  if (std) *std = prior_.log_std[index] / std::sqrt(1.0 + weight);
+  return prior_.log_ms[index] + bias + local;
+}
+
+std::optional<Config> Session::JumpTarget() const {
+  if (jump_known_) return jump_;
+  jump_known_ = true;
+  const auto& order = prior_.order;
+  while (order_start_ < order.size() && measured_.count(order[order_start_])) ++order_start_;
+  std::optional<Config> best;
+  double best_score = kInf;
+  int compared = 0;
+  for (size_t i = order_start_; i < order.size() && compared < kJumpCandidates; ++i) {
+    if (measured_.count(order[i])) continue;
+    const Config c = space_.FromIndex(order[i]);
+    double std = 0;
+    const double mean = Predict(c, &std);
+    const double score = JumpScore(mean, std, prior_.p_fail[order[i]]);
+    if (score < best_score) {
+      best_score = score;
+      best = c;
+    }
+    ++compared;
+  }
+  jump_ = best;
+  return best;
+}
+
+std::optional<Move> Session::Resolve(int action) const {
+  if (action == kJump) {
+    auto target = JumpTarget();
+    if (!target) return std::nullopt;
+    return Move{*target, true};
+  }
+  if (!has_position_ || action < 0 || action >= kJump) return std::nullopt;
+  const size_t param = static_cast<size_t>(action / 2);
+  if (param >= space_.num_params()) return std::nullopt;
+  auto target = space_.Move(position_, param, action % 2 ? 1 : -1);
+  if (!target || !space_.IsValid(*target)) return std::nullopt;
+  const auto it = measured_.find(space_.Index(*target));
+  if (it == measured_.end()) return Move{*target, true};
+  if (!it->second.ok || free_streak_ >= kMaxFreeStreak) return std::nullopt;
+  return Move{*target, false};
+}
+
+std::vector<uint8_t> Session::Mask() const {
+  std::vector<uint8_t> mask(kNumActions, 0);
+  for (int a = 0; a < kJump; ++a) mask[a] = Resolve(a).has_value();
+  mask[kJump] = JumpTarget().has_value();
+  return mask;
+}
+
+void Session::Observe(const Config& config, const Measurement& m) {
+  const uint64_t index = space_.Index(config);
+  const bool ok = m.ok();
+  const double log_ms = ok ? std::log(m.ms) : kInf;
+  measured_[index] = {ok, log_ms};
+  jump_known_ = false;
+  if (ok) {
+    const double r = log_ms - prior_.log_ms[index];
+    residual_at_.push_back(space_.Encode(config));
+    residual_.push_back(r);
+    residual_sum_ += r;
+  }
+}
+
+void Session::Record(const Config& config, const Measurement& measurement) {
+  if (measured_.count(space_.Index(config))) return;
+  Observe(config, measurement);
+  ++evals_;
+  if (measurement.ok()) {
+    const double log_ms = std::log(measurement.ms);
+    if (!std::isfinite(first_log_)) first_log_ = log_ms;
+    if (log_ms < best_log_) {
+      best_log_ = log_ms;
+      evals_since_best_ = 0;
+    }
+  }
+}
+
+StepReward Session::TakeFree(const Move& move) {
+  ++step_;
+  ++free_streak_;
+  position_ = move.config;
+  position_log_ = measured_.at(space_.Index(move.config)).log_ms;
+  return {-rewards_.free_cost, {}};
+}
+
+StepReward Session::TakeMeasured(const Move& move, const Measurement& m) {
+  ++step_;
+  ++evals_;
+  free_streak_ = 0;
+  StepReward out{-rewards_.eval_cost, {}};
+  Observe(move.config, m);
+  if (!m.ok()) {
+    out.reward -= m.status == Status::kCompileTimeout ? rewards_.timeout_cost : rewards_.fail_cost;
+    exploring_steps_.push_back(step_);
+    ++evals_since_best_;
+    return out;
+  }
+  const double log_ms = std::log(m.ms);
+  has_position_ = true;
+  position_ = move.config;
+  position_log_ = log_ms;
+  if (!std::isfinite(best_log_)) {
+    first_log_ = best_log_ = log_ms;
+    evals_since_best_ = 0;
+  } else if (log_ms < best_log_) {
+    const double gain = rewards_.gain_scale * (best_log_ - log_ms);
+    out.reward += gain;
+    // Exploration that led here: the measurements since the last new best share part of the gain.
+    double share = rewards_.credit;
+    for (int j = 0; j < rewards_.credit_steps && j < static_cast<int>(exploring_steps_.size()); ++j) {
+      const int64_t earlier = exploring_steps_[exploring_steps_.size() - 1 - j];
+      out.credit_back.emplace_back(static_cast<int>(step_ - earlier), share * gain);
+      share *= 0.5;
+    }
+    exploring_steps_.clear();
+    best_log_ = log_ms;
+    evals_since_best_ = 0;
+  } else {
+    exploring_steps_.push_back(step_);
+    ++evals_since_best_;
+  }
+  return out;
+}
+
+void Session::FillDirection(const Config& target, double current_log, double* out) const {
+  // [exists, measured, measured delta, measured failed, predicted delta, predicted std, p_fail]
+  out[0] = 1;
+  const uint64_t index = space_.Index(target);
+  const auto it = measured_.find(index);
+  if (it != measured_.end()) {
+    out[1] = 1;
+    out[2] = it->second.ok ? Clip(it->second.log_ms - current_log, -1, 1) : 0;
+    out[3] = it->second.ok ? 0 : 1;
+  }
+  double std = 0;
+  const double mean = Predict(target, &std);
+  out[4] = std::isfinite(current_log) ? Clip(mean - current_log, -1, 1) : 0;
+  out[5] = Clip(std, 0, 1);
+  out[6] = prior_.p_fail[index];
+}
+
+std::vector<double> Session::Observation() const {
+  std::vector<double> obs(kObservationSize, 0.0);
+  const double budget = static_cast<double>(std::max<int64_t>(budget_, 1));
+  const bool any_ok = std::isfinite(best_log_);
+  obs[0] = Clip(evals_ / budget, 0, 1);
+  obs[1] = 1 - obs[0];
+  obs[2] = any_ok ? Clip(best_log_ - first_log_, -2, 0) / 2 : 0;
+  obs[3] = has_position_ && any_ok ? Clip(position_log_ - best_log_, 0, 2) / 2 : 0;
+  obs[4] = has_position_ && position_log_ <= best_log_ ? 1 : 0;
+  obs[5] = Clip(evals_since_best_ / 10.0, 0, 1);
+  obs[6] = Clip(free_streak_ / static_cast<double>(kMaxFreeStreak), 0, 1);
+  if (auto jump = JumpTarget(); jump && any_ok) {
+    double std = 0;
+    obs[7] = Clip(Predict(*jump, &std) - best_log_, -1, 1);
+    obs[8] = Clip(std, 0, 1);
+  }
+  obs[9] = any_ok ? 1 : 0;
+  for (int i = 0; i < kProblemFeatures; ++i) obs[kGlobalFeatures + i] = problem_features_[i];
+  if (!has_position_) return obs;
+  const auto encoded = space_.Encode(position_);
+  for (size_t p = 0; p < space_.num_params(); ++p) {
+    double* slot = &obs[kGlobalFeatures + kProblemFeatures + p * kSlotFeatures];
+    slot[0] = 1;
+    slot[1] = encoded[p];
+    for (int dir = 0; dir < 2; ++dir) {
+      auto target = space_.Move(position_, p, dir ? 1 : -1);
+      if (target && space_.IsValid(*target)) FillDirection(*target, position_log_, slot + 2 + 7 * dir);
+    }
+  }
+  return obs;
+}
+
+std::vector<double> ProblemFeatures(double flops, double bytes, uint64_t space_size) {
+  const double intensity = bytes > 0 ? flops / bytes : 0;
+  return {Clip(std::log10(flops + 1) / 13, 0, 1.5), Clip(std::log10(bytes + 1) / 11, 0, 1.5),
+          Clip(std::log10(intensity + 1) / 3, 0, 1.5),
+          Clip(std::log10(static_cast<double>(space_size) + 1) / 6, 0, 1.5)};
+}
+
+Prior NoisyPrior(const std::vector<double>& true_log_ms, const std::vector<uint8_t>& ok, double noise, uint64_t seed) {
+  Rng rng(seed);
+  Prior prior;
+  const size_t n = true_log_ms.size();
+  prior.log_ms.resize(n);
+  prior.log_std.assign(n, noise);
+  prior.p_fail.resize(n);
+  double worst = -kInf;
+  for (size_t i = 0; i < n; ++i)
+    if (ok[i]) worst = std::max(worst, true_log_ms[i]);
+  for (size_t i = 0; i < n; ++i) {
+    prior.log_ms[i] = (ok[i] ? true_log_ms[i] : worst) + noise * rng.Normal();
+    prior.p_fail[i] = ok[i] ? 0.05 : 0.8;
+  }
+  return prior;
+}
+
+}  // namespace dr_kernel::agent
