@@ -66,6 +66,7 @@ StrategyInfo ExhaustiveStrategy();
 StrategyInfo RandomStrategy();
 StrategyInfo AnnealingStrategy();
 StrategyInfo GeneticStrategy();
+StrategyInfo PpoStrategy();
 
 }  // namespace dr_kernel
 

@@ -22,7 +22,8 @@ double Options::Get(const std::string& name) const { return values_.at(name); }
 
 const std::vector<StrategyInfo>& Strategies() {
   static const std::vector<StrategyInfo> all = {ExhaustiveStrategy(), RandomStrategy(), AnnealingStrategy(),
-                                                GeneticStrategy()};
+                                                GeneticStrategy(),
+                                                PpoStrategy()};
   return all;
 }
 

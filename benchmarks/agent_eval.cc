@@ -1,0 +1,215 @@
+// Leave-one-problem-out evaluation of the PPO agent against the project's other strategies and
+// baselines, on the bundled H200 tables. For each problem: train the cost model and the agent on
+// the other problems only, then tune the held-out one by replaying its table.
+//
+//   build/cpp-tests/agent_eval [--ppo-steps N] [--bc-episodes N] [--repeats R] [--budget B]
+//                              [--problems i,j,...] [--ablations 0|1]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+
+#include "dr_kernel/agent/agent.h"
+#include "dr_kernel/replay.h"
+#include "dr_kernel/strategy.h"
+
+using namespace dr_kernel;
+
+namespace {
+
+double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
+
+// Evaluations until a config within `within` of the oracle, measuring in the given order
+// (failures and absent configs count); budget + 1 when never.
+int64_t EvalsInOrder(const ReplayEnv& env, const std::vector<uint64_t>& order, double within, int64_t budget) {
+  const double target = within * env.oracle_ms();
+  for (size_t i = 0; i < order.size() && static_cast<int64_t>(i) < budget; ++i) {
+    const Measurement* m = env.Lookup(env.space().FromIndex(order[i]));
+    if (m && m->ok() && m->ms <= target) return static_cast<int64_t>(i) + 1;
+  }
+  return budget + 1;
+}
+
+// The transfer baseline: configs in the order of their mean slowdown on the known problems of the
+// same kernel (a config missing or failing there counts as 10x slower).
+std::vector<uint64_t> TransferOrder(const ReplayEnv& env, const std::vector<ProblemTable>& known) {
+  std::vector<std::pair<double, uint64_t>> scored;
+  const Space& space = env.space();
+  std::vector<const ProblemTable*> same;
+  for (const auto& t : known)
+    if (t.problem.family == env.problem().family) same.push_back(&t);
+  std::vector<std::map<std::string, double>> slowdowns;
+  for (const auto* t : same) {
+    std::map<std::string, double> s;
+    const double oracle = t->oracle_ms();
+    for (const auto& r : t->rows)
+      if (r.measurement.ok()) s[ToJson(r.config)] = std::log(r.measurement.ms / oracle);
+    slowdowns.push_back(std::move(s));
+  }
+  space.ForEach([&](const Config& c) {
+    double total = 0;
+    const std::string key = space.Format(c);
+    for (const auto& s : slowdowns) {
+      const auto it = s.find(key);
+      total += it == s.end() ? std::log(10.0) : it->second;
+    }
+    scored.emplace_back(same.empty() ? 0.0 : total / same.size(), space.Index(c));
+    return true;
+  });
+  std::stable_sort(scored.begin(), scored.end());
+  std::vector<uint64_t> order;
+  for (const auto& [s, i] : scored) order.push_back(i);
+  return order;
+}
+
+struct Row {
+  std::string label;
+  std::map<std::string, double> evals;  // Median evaluations to 1.05x per method.
+  std::map<std::string, std::map<int, double>> best;  // Median best/oracle at 20, 50, 100.
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t ppo_steps = 200000, budget = 100;
+  int bc_episodes = 1500, repeats = 10;
+  bool ablations = true;
+  std::set<size_t> only;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--ppo-steps") ppo_steps = std::stoll(value);
+    else if (flag == "--bc-episodes") bc_episodes = std::stoi(value);
+    else if (flag == "--repeats") repeats = std::stoi(value);
+    else if (flag == "--budget") budget = std::stoll(value);
+    else if (flag == "--ablations") ablations = value != "0";
+    else if (flag == "--problems") {
+      size_t pos = 0;
+      while (pos < value.size()) {
+        only.insert(std::stoul(value.substr(pos)));
+        pos = value.find(',', pos);
+        if (pos == std::string::npos) break;
+        ++pos;
+      }
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  const std::string dir = DR_KERNEL_DATA_DIR;
+  const auto tables = ReadTables({dir + "/matmul.jsonl", dir + "/softmax.jsonl", dir + "/attention.jsonl"});
+
+  struct Variant {
+    std::string name;
+    bool model, bc, ppo;
+  };
+  std::vector<Variant> variants = {{"ppo", true, true, true}};
+  if (ablations) {
+    variants.push_back({"no-pretrain", true, false, false});
+    variants.push_back({"no-model", false, true, true});
+    variants.push_back({"no-bc", true, false, true});
+  }
+  const std::vector<std::string> classic = {"random", "anneal", "genetic"};
+  std::vector<Row> rows;
+  for (size_t h = 0; h < tables.size(); ++h) {
+    if (!only.empty() && !only.count(h)) continue;
+    std::vector<ProblemTable> train;
+    for (size_t j = 0; j < tables.size(); ++j)
+      if (j != h) train.push_back(tables[j]);
+    const std::vector<ProblemTable> held{tables[h]};
+    Row row;
+    row.label = tables[h].problem.Label();
+    ReplaySettings settings;
+    settings.budget = budget;
+    settings.repeats = repeats;
+    auto record = [&](const std::string& name, const ReplayReport& report) {
+      const auto& p = report.problems[0];
+      row.evals[name] = p.evals_quantiles.median;
+      for (const auto& [k, v] : p.best_over_oracle) row.best[name][static_cast<int>(k)] = v;
+    };
+    for (const auto& name : classic) {
+      settings.strategy = name;
+      record(name, Replay(held, settings));
+    }
+    // Cost-model-only and transfer baselines: deterministic orders.
+    ReplayEnv env(tables[h]);
+    CostModel model;
+    for (const auto& t : train) model.Add(t);
+    model.Fit();
+    const auto prior = agent::PriorFromModel(&model, tables[h].problem, env.space());
+    row.evals["model-only"] = static_cast<double>(EvalsInOrder(env, prior.order, 1.05, budget));
+    row.evals["transfer"] = static_cast<double>(EvalsInOrder(env, TransferOrder(env, train), 1.05, budget));
+
+    for (const auto& v : variants) {
+      agent::TrainOptions options;
+      options.use_model = v.model;
+      options.pretrain.bc_episodes = v.bc ? bc_episodes : 0;
+      options.pretrain.ppo_steps = v.ppo ? ppo_steps : 0;
+      const auto start = std::chrono::steady_clock::now();
+      agent::TrainReport report;
+      auto trained = std::make_shared<agent::Agent>(agent::TrainAgent(train, options, &report));
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      agent::SetDefaultAgent(trained);
+      settings.strategy = "ppo";
+      settings.options = {{"epsilon", 0.0}};
+      settings.repeats = 1;  // Greedy: every run is the same.
+      record(v.name, Replay(held, settings));
+      if (v.name == "ppo") {
+        settings.options = {{"epsilon", 0.1}};
+        settings.repeats = repeats;
+        record("ppo eps0.1", Replay(held, settings));
+      }
+      settings.options.clear();
+      settings.repeats = repeats;
+      std::fprintf(stderr, "%s: %s trained in %.1f s (bc acc %.3f, %ld demos, %d+%d tasks): %.0f evals\n",
+                   row.label.c_str(), v.name.c_str(), seconds, report.pretrain.bc.final.accuracy,
+                   static_cast<long>(report.pretrain.demonstrations), report.table_tasks, report.synthetic_tasks,
+                   row.evals[v.name]);
+    }
+    rows.push_back(row);
+  }
+  // Markdown tables.
+  std::vector<std::string> methods = {"ppo", "ppo eps0.1"};
+  for (const auto& v : variants)
+    if (v.name != "ppo") methods.push_back(v.name);
+  for (const auto& c : classic) methods.push_back(c);
+  methods.push_back("model-only");
+  methods.push_back("transfer");
+  std::printf("| held-out problem |");
+  for (const auto& m : methods) std::printf(" %s |", m.c_str());
+  std::printf("\n|---|");
+  for (size_t i = 0; i < methods.size(); ++i) std::printf("---:|");
+  std::printf("\n");
+  std::map<std::string, double> log_sum;
+  for (const auto& r : rows) {
+    std::printf("| %s |", r.label.c_str());
+    for (const auto& m : methods) {
+      const double e = r.evals.at(m);
+      log_sum[m] += std::log(e);
+      std::printf(" %.0f |", e);
+    }
+    std::printf("\n");
+  }
+  std::printf("| **geometric mean** |");
+  for (const auto& m : methods) std::printf(" **%.1f** |", std::exp(log_sum[m] / rows.size()));
+  std::printf("\n\nMedian best-so-far / oracle after 20 / 50 / 100 evaluations:\n\n| held-out problem |");
+  std::vector<std::string> with_curves;
+  for (const auto& m : methods)
+    if (!rows.empty() && rows[0].best.count(m)) with_curves.push_back(m);
+  for (const auto& m : with_curves) std::printf(" %s |", m.c_str());
+  std::printf("\n|---|");
+  for (size_t i = 0; i < with_curves.size(); ++i) std::printf("---:|");
+  std::printf("\n");
+  for (const auto& r : rows) {
+    std::printf("| %s |", r.label.c_str());
+    for (const auto& m : with_curves) {
+      const auto& b = r.best.at(m);
+      std::printf(" %.3f / %.3f / %.3f |", b.count(20) ? b.at(20) : NAN, b.count(50) ? b.at(50) : NAN,
+                  b.count(100) ? b.at(100) : NAN);
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
