@@ -16,7 +16,23 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 
 def bundled_tables() -> list[Path]:
     """Paths of every bundled recorded table, sorted by name."""
-    return sorted(DATA_DIR.glob("*/*.jsonl"))
+    return sorted(DATA_DIR.glob("h200/*.jsonl"))
+
+
+# The pre-trained agent (policy and cost model) behind the ppo strategy, built by `dr-kernel train`.
+AGENT_DIR = DATA_DIR / "agent"
+POLICY_FILE = AGENT_DIR / "policy.bin"
+MODEL_FILE = AGENT_DIR / "cost_model.bin"
+
+
+def _load_shipped_agent() -> None:
+    from . import _core
+
+    if POLICY_FILE.exists() and not _core.has_agent():
+        _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+
+
+_load_shipped_agent()
 
 
 from .decorator import optimize  # noqa: E402 -- the package's one public entry point.

@@ -11,6 +11,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "dr_kernel/agent/agent.h"
 #include "dr_kernel/evaluator.h"
 #include "dr_kernel/replay.h"
 #include "dr_kernel/space.h"
@@ -130,6 +131,10 @@ NB_MODULE(_core, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const StoreError& e) {
       PyErr_SetString(PyExc_OSError, e.what());
+    } catch (const ModelError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const rl::ModelFormatError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
     }
   });
 
@@ -250,6 +255,44 @@ NB_MODULE(_core, m) {
     if (!out) throw nb::value_error((path + ": cannot be written; check the folder exists and is writable").c_str());
     for (const auto& t : tables) WriteTable(out, t);
   });
+
+  // The agent behind the ppo strategy.
+  m.def("load_agent", [](const std::string& policy_path, const std::string& model_path) {
+    agent::SetDefaultAgent(std::make_shared<agent::Agent>(agent::LoadAgent(policy_path, model_path)));
+  }, nb::arg("policy_path"), nb::arg("model_path"));
+  m.def("has_agent", [] { return agent::DefaultAgent() != nullptr; });
+  m.def("train_agent", [](const std::vector<ProblemTable>& tables, int64_t ppo_steps, int bc_episodes,
+                          int synthetic_tasks, uint64_t seed, const std::string& policy_path,
+                          const std::string& model_path, nb::object on_update) {
+        agent::TrainOptions options;
+        options.pretrain.ppo_steps = ppo_steps;
+        options.pretrain.bc_episodes = bc_episodes;
+        options.synthetic_tasks = synthetic_tasks;
+        options.seed = seed;
+        agent::TrainReport report;
+        agent::Agent trained;
+        {
+          nb::gil_scoped_release release;
+          trained = agent::TrainAgent(tables, options, &report, [&](const rl::TrainLog& log) {
+            if (on_update.is_none()) return;
+            nb::gil_scoped_acquire acquire;
+            on_update(log.steps, log.mean_return, log.mean_length);
+          });
+        }
+        agent::SaveAgent(trained, policy_path, model_path);
+        agent::SetDefaultAgent(std::make_shared<agent::Agent>(std::move(trained)));
+        nb::dict out;
+        out["demonstrations"] = report.pretrain.demonstrations;
+        out["bc_accuracy"] = report.pretrain.bc.final.accuracy;
+        out["bc_seconds"] = report.pretrain.bc_seconds;
+        out["ppo_seconds"] = report.pretrain.ppo_seconds;
+        out["ppo_steps"] = report.pretrain.ppo.empty() ? 0 : report.pretrain.ppo.back().steps;
+        out["model_seconds"] = report.model_seconds;
+        out["table_tasks"] = report.table_tasks;
+        out["synthetic_tasks"] = report.synthetic_tasks;
+        return out;
+      }, nb::arg("tables"), nb::arg("ppo_steps"), nb::arg("bc_episodes"), nb::arg("synthetic_tasks"), nb::arg("seed"),
+      nb::arg("policy_path"), nb::arg("model_path"), nb::arg("on_update") = nb::none());
 
   m.def("strategies", [] {
     nb::list out;

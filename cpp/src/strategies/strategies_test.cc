@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "dr_kernel/agent/agent.h"
 #include "dr_kernel/replay.h"
 #include "dr_kernel/strategy.h"
 
@@ -17,13 +18,32 @@ const std::vector<ProblemTable>& Tables() {
   return tables;
 }
 
+// The ppo strategy needs a trained agent: a small one (cloning only) trained on the same tables,
+// built once per test process that needs it (ctest runs each test in its own process).
+void EnsureAgent() {
+  static const bool trained = [] {
+    agent::TrainOptions options;
+    options.pretrain.bc_episodes = 150;
+    options.pretrain.ppo_steps = 0;
+    options.synthetic_tasks = 4;
+    agent::SetDefaultAgent(std::make_shared<agent::Agent>(agent::TrainAgent(Tables(), options)));
+    return true;
+  }();
+  (void)trained;
+}
+
 std::vector<std::string> Names() {
   std::vector<std::string> names;
   for (const auto& s : Strategies()) names.push_back(s.name);
   return names;
 }
 
-class StrategyTest : public ::testing::TestWithParam<std::string> {};
+class StrategyTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "ppo") EnsureAgent();
+  }
+};
 
 TEST_P(StrategyTest, FindsTheTableBestWhenTheBudgetCoversTheSpace) {
   // Softmax and the attention tables are small enough to cover in a test.
