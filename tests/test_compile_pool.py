@@ -129,3 +129,20 @@ def test_real_compiles_time_out_group_and_agree_with_direct_analysis(tmp_path, m
     groups = group_by_binary(reports)
     assert sorted(groups.values()) == [[1, 2], [3]]
     assert reports[1].binary_hash == reports[2].binary_hash != reports[3].binary_hash
+
+
+def test_urgent_requests_overtake_guesses_and_queued_guesses_can_be_dropped():
+    with CompilePool(workers=2, timeout_s=30, task=pretend_compile) as pool:
+        slow = [pool.submit(request(sleep=1.5, hash=str(i)), speculative=True) for i in range(3)]
+        promoted = pool.submit(request(sleep=0.0, hash="p"), speculative=True)
+        urgent = pool.submit(request(sleep=0.0, hash="u"))
+        assert pool.cancel(slow[2]) and pool.pending == 4
+        pool.prioritise(promoted)
+        order = []
+        while pool.pending:
+            order += [ticket for ticket, _ in pool.poll(5.0)]
+    # Guesses never hold every worker: the second worker stays free for what is needed now, so the
+    # urgent and the promoted requests finish while the first guess is still compiling.
+    assert order[:2] == [urgent, promoted]
+    assert sorted(order[2:]) == slow[:2]
+    assert not pool.cancel(slow[0])  # Answered requests cannot be cancelled.

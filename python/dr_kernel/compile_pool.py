@@ -10,8 +10,8 @@ the configuration it was running.
 
 The pool does not use concurrent.futures or multiprocessing.Pool because neither can kill the
 one worker that is stuck: the first can only cancel tasks that have not started, the second
-only terminate the whole pool. Here every worker is a spawned process with its own pipe, so the
-parent knows which configuration each one runs and since when.
+only terminate the whole pool. Here every worker is a process of its own with its own socket, so
+the parent knows which configuration each one runs and since when.
 
 What the workers run is a parameter (`task`), so that tests and other callers can inject their
 own; by default it is analyse_request(), which compiles one CompileRequest with analysis.analyse().
@@ -20,13 +20,17 @@ own; by default it is analyse_request(), which compiles one CompileRequest with 
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib
-import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import signal
+import socket
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -72,12 +76,16 @@ def function_reference(fn: Any) -> str:
 
 
 def resolve_function(reference: str) -> Any:
-    """Returns the object a "module:qualname" reference names."""
+    """Returns the object a "module:qualname" reference names; for a kernel decorated with
+    @optimize, the name is bound to the Optimized wrapper, and the @triton.jit function inside it
+    is returned."""
     module, _, qualname = reference.partition(":")
     target = importlib.import_module(module)
     for part in qualname.split("."):
         target = getattr(target, part)
-    return target
+    from .decorator import Optimized
+
+    return target.fn if isinstance(target, Optimized) else target
 
 
 def _portable(request: CompileRequest) -> CompileRequest:
@@ -120,13 +128,16 @@ def group_by_binary(reports: Iterable[StaticReport]) -> dict[str, list[int]]:
 
 # ----- the worker side ---------------------------------------------------------------------------
 
+def _child_entry(fd: int) -> None:
+    """Entry point of a compile worker: a fresh interpreter whose first message is the task."""
+    connection = multiprocessing.connection.Connection(fd)
+    # Unpickling the task imports its module (triton included), so "ready" below means ready to
+    # compile: start-up time never counts against a configuration.
+    task = pickle.loads(connection.recv_bytes())
+    _worker_main(connection, task)
+
+
 def _worker_main(connection, task: Callable[[Any], Any]) -> None:
-    # A process group of its own lets the parent kill this worker and the ptxas it is running
-    # with one signal; killing only the worker would leave ptxas running for minutes.
-    if hasattr(os, "setsid"):
-        os.setsid()
-    # The task and its module (triton included) were imported while unpickling the arguments, so
-    # "ready" means ready to compile: start-up time never counts against a configuration.
     connection.send(("ready", None, None))
     while True:
         try:
@@ -146,35 +157,51 @@ def _worker_main(connection, task: Callable[[Any], Any]) -> None:
 # ----- the parent side ---------------------------------------------------------------------------
 
 class _Worker:
-    """The parent's handle on one worker: its process, its pipe and what it is doing."""
+    """The parent's handle on one worker: its process, its pipe and what it is doing.
 
-    def __init__(self, context, task: Callable[[Any], Any]) -> None:
-        self.connection, child = context.Pipe(duplex=True)
-        self.process = context.Process(target=_worker_main, args=(child, task), daemon=True)
-        self.process.start()
+    A worker is a fresh interpreter (`python -c`), not a multiprocessing spawn: spawn re-runs the
+    caller's main script in the child, which for a user's script without a __main__ guard would
+    tune again (and fail). It runs in a session of its own, so that the parent can kill it and
+    the ptxas it is running with one signal; killing only the worker would leave ptxas running.
+    """
+
+    def __init__(self, task: Callable[[Any], Any]) -> None:
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        command = f"from dr_kernel.compile_pool import _child_entry; _child_entry({child.fileno()})"
+        self.process = subprocess.Popen([sys.executable, "-c", command], pass_fds=(child.fileno(),), env=env,
+                                        start_new_session=True)
         child.close()
+        self.connection = multiprocessing.connection.Connection(parent.detach())
+        # Plain pickle by reference: the task is a module-level function the child imports.
+        self.connection.send_bytes(pickle.dumps(task))
         self.started = time.monotonic()
         self.ready = False
-        self.index: int | None = None  # The request it is compiling, if any.
+        self.index: int | None = None  # The ticket of the request it is compiling, if any.
+        self.speculative = False
         self.deadline = float("inf")
         self.assigned_at = 0.0
         self.done = 0
 
-    def assign(self, index: int, request: Any, timeout_s: float) -> None:
+    def assign(self, index: int, request: Any, timeout_s: float, speculative: bool = False) -> None:
         self.connection.send((index, request))
-        self.index, self.assigned_at = index, time.monotonic()
+        self.index, self.assigned_at, self.speculative = index, time.monotonic(), speculative
         self.deadline = self.assigned_at + timeout_s
 
-    def kill(self) -> None:
-        pid = self.process.pid
+    def exitcode(self, wait_s: float) -> int | None:
         try:
-            if hasattr(os, "killpg") and os.getpgid(pid) == pid:
-                os.killpg(pid, signal.SIGKILL)
-            else:
+            return self.process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, AttributeError):
+            with contextlib.suppress(OSError):
                 self.process.kill()
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.process.join(timeout=10)
+        self.exitcode(10)
         self.connection.close()
 
     def stop(self) -> None:
@@ -182,8 +209,7 @@ class _Worker:
             self.connection.send(None)
         except (BrokenPipeError, OSError):
             pass
-        self.process.join(timeout=5)
-        if self.process.is_alive():
+        if self.exitcode(5) is None:
             self.kill()
         else:
             self.connection.close()
@@ -197,6 +223,12 @@ class CompilePool:
     yields (position, result) as results arrive. A request whose task overran its deadline, raised,
     or whose worker died yields failed_report() with the reason. Workers are replaced as needed and
     may be recycled after `max_tasks_per_worker` tasks (Triton and LLVM keep memory per compile).
+
+    submit() and poll() are the same machinery one request at a time, for callers that compile
+    ahead of need: a tuning session asks for the configs it must measure now (urgent) and queues
+    the configs it may ask for next (speculative). Urgent requests always start first, and
+    speculative ones never occupy every worker, so that an urgent request waits at most for a
+    worker to start, not for a queue of guesses.
     """
 
     def __init__(self, workers: int | None = None, timeout_s: float = 120.0,
@@ -209,9 +241,13 @@ class CompilePool:
         self.task = task
         self.max_tasks_per_worker = max_tasks_per_worker
         self.startup_timeout_s = startup_timeout_s
-        self._context = multiprocessing.get_context("spawn")
         self._pool: list[_Worker] = []
         self._failed_starts = 0
+        self._requests: dict[int, Any] = {}  # Submitted and not yet answered, by ticket.
+        self._urgent: collections.deque[int] = collections.deque()
+        self._speculative: collections.deque[int] = collections.deque()
+        self._unclaimed: list[tuple[int, Any]] = []  # Answers run() received for others' tickets.
+        self._next_ticket = 0
 
     # The pool's workers outlive one map() call, so that later batches skip their start-up.
     def __enter__(self) -> CompilePool:
@@ -221,13 +257,17 @@ class CompilePool:
         self.close()
 
     def close(self) -> None:
-        """Stops every worker, killing those still compiling."""
+        """Stops every worker, killing those still compiling; requests not answered are dropped."""
         for worker in self._pool:
             if worker.index is None:
                 worker.stop()
             else:
                 worker.kill()
         self._pool.clear()
+        self._requests.clear()
+        self._urgent.clear()
+        self._speculative.clear()
+        self._unclaimed.clear()
 
     def map(self, requests: Iterable[Any]) -> list[Any]:
         """Returns the results of all requests, in the order of the requests."""
@@ -239,23 +279,86 @@ class CompilePool:
 
     def run(self, requests: Iterable[Any]) -> Iterator[tuple[int, Any]]:
         """Yields (position, result) for every request as soon as its result is known."""
-        requests = [_portable(r) if isinstance(r, CompileRequest) else r for r in requests]
-        waiting = collections.deque(range(len(requests)))
-        outstanding = len(requests)
-        while outstanding:
-            self._top_up(min(self.workers, outstanding))
-            for worker in self._pool:
-                if worker.ready and worker.index is None and waiting:
-                    index = waiting.popleft()
-                    worker.assign(index, requests[index], self.timeout_s)
-            for index, result in self._collect(requests):
-                outstanding -= 1
-                yield index, result
+        position = {self.submit(r): i for i, r in enumerate(requests)}
+        left = len(position)
+        while left:
+            for ticket, result in self._poll_workers(None):
+                if ticket in position:
+                    left -= 1
+                    yield position[ticket], result
+                else:
+                    self._unclaimed.append((ticket, result))
+
+    # ----- one request at a time -------------------------------------------------------------
+
+    def submit(self, request: Any, speculative: bool = False) -> int:
+        """Queues one request and returns its ticket; poll() later returns (ticket, result)."""
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        self._requests[ticket] = _portable(request) if isinstance(request, CompileRequest) else request
+        (self._speculative if speculative else self._urgent).append(ticket)
+        return ticket
+
+    def prioritise(self, ticket: int) -> None:
+        """Makes a queued speculative request urgent (it is needed now after all)."""
+        if ticket in self._speculative:
+            self._speculative.remove(ticket)
+            self._urgent.append(ticket)
+
+    def cancel(self, ticket: int) -> bool:
+        """Drops a request that has not started; returns False when it is running or answered."""
+        for queue in (self._speculative, self._urgent):
+            if ticket in queue:
+                queue.remove(ticket)
+                del self._requests[ticket]
+                return True
+        return False
+
+    @property
+    def pending(self) -> int:
+        """Requests submitted and not yet answered (queued or compiling)."""
+        return len(self._requests)
+
+    def poll(self, timeout: float | None = None) -> list[tuple[int, Any]]:
+        """Starts queued requests on free workers, waits at most `timeout` seconds (None: until
+        something happens) and returns the (ticket, result) pairs that finished."""
+        if self._unclaimed:
+            done, self._unclaimed = self._unclaimed, []
+            return done
+        if not self._requests:
+            return []
+        return self._poll_workers(timeout)
+
+    def _poll_workers(self, timeout: float | None) -> list[tuple[int, Any]]:
+        queued = len(self._urgent) + len(self._speculative)
+        running = sum(1 for w in self._pool if w.index is not None)
+        self._top_up(min(self.workers, queued + running))
+        self._dispatch()
+        done = list(self._collect(self._requests, timeout))
+        for ticket, _ in done:
+            self._requests.pop(ticket, None)
+        return done
+
+    def _dispatch(self) -> None:
+        # Urgent requests first; guesses may use every worker but one, so that an urgent request
+        # finds a free worker as soon as the current compiles allow.
+        guessing = sum(1 for w in self._pool if w.index is not None and w.speculative)
+        for worker in self._pool:
+            if not (worker.ready and worker.index is None):
+                continue
+            if self._urgent:
+                ticket, speculative = self._urgent.popleft(), False
+            elif self._speculative and guessing < max(1, self.workers - 1):
+                ticket, speculative = self._speculative.popleft(), True
+                guessing += 1
+            else:
+                return
+            worker.assign(ticket, self._requests[ticket], self.timeout_s, speculative)
 
     def _top_up(self, wanted: int) -> None:
         # Replaces dead workers and starts new ones while fewer than `wanted` are alive.
         while len(self._pool) < wanted:
-            self._pool.append(_Worker(self._context, self.task))
+            self._pool.append(_Worker(self.task))
 
     def _failure(self, request: Any, reason: str, compile_s: float | None) -> Any:
         if isinstance(request, CompileRequest):
@@ -266,14 +369,17 @@ class CompilePool:
         self._pool.remove(worker)
         worker.kill() if kill else worker.stop()
 
-    def _collect(self, requests: list[Any]) -> Iterator[tuple[int, Any]]:
-        # Waits until some worker answers, dies or overruns its deadline, and yields what finished.
+    def _collect(self, requests: Mapping[int, Any], timeout: float | None) -> Iterator[tuple[int, Any]]:
+        # Waits until some worker answers, dies or overruns its deadline (or `timeout` passes),
+        # and yields what finished. A worker that dies closes its end of the socket, which wakes
+        # the wait as an end-of-file.
         now = time.monotonic()
         deadlines = [w.deadline for w in self._pool if w.index is not None]
         deadlines += [w.started + self.startup_timeout_s for w in self._pool if not w.ready]
         wait_s = max(0.0, min(deadlines, default=now + 1.0) - now)
-        objects = [w.connection for w in self._pool] + [w.process.sentinel for w in self._pool]
-        fired = set(multiprocessing.connection.wait(objects, timeout=wait_s))
+        if timeout is not None:
+            wait_s = min(wait_s, max(0.0, timeout))
+        fired = set(multiprocessing.connection.wait([w.connection for w in self._pool], timeout=wait_s))
 
         for worker in list(self._pool):
             message = None
@@ -284,7 +390,7 @@ class CompilePool:
                     message = None
             if message is not None:
                 yield from self._handle(worker, message, requests)
-            elif worker.connection in fired or worker.process.sentinel in fired:
+            elif worker.connection in fired:
                 yield from self._bury(worker, requests)
             elif worker.index is not None and time.monotonic() >= worker.deadline:
                 self._retire(worker, kill=True)
@@ -294,7 +400,7 @@ class CompilePool:
                 self._retire(worker, kill=True)
                 self._note_failed_start(f"did not start within {self.startup_timeout_s:g} s")
 
-    def _handle(self, worker: _Worker, message: tuple, requests: list[Any]) -> Iterator[tuple[int, Any]]:
+    def _handle(self, worker: _Worker, message: tuple, requests: Mapping[int, Any]) -> Iterator[tuple[int, Any]]:
         # Takes one message a worker sent: that it is ready, or the outcome of its request.
         kind, index, payload = message
         if kind == "ready":
@@ -309,11 +415,10 @@ class CompilePool:
         if self.max_tasks_per_worker and worker.done >= self.max_tasks_per_worker:
             self._retire(worker, kill=False)
 
-    def _bury(self, worker: _Worker, requests: list[Any]) -> Iterator[tuple[int, Any]]:
+    def _bury(self, worker: _Worker, requests: Mapping[int, Any]) -> Iterator[tuple[int, Any]]:
         # The worker exited or closed its pipe without answering: it crashed (ptxas or LLVM can
         # take the process down) or was killed from outside. Only its own request is lost.
-        worker.process.join(timeout=5)
-        code = worker.process.exitcode
+        code = worker.exitcode(5)
         self._retire(worker, kill=True)
         if worker.index is not None:
             reason, elapsed = f"compile worker died (exit code {code})", time.monotonic() - worker.assigned_at
@@ -328,5 +433,4 @@ class CompilePool:
         if self._failed_starts >= 3:
             self.close()
             raise RuntimeError(f"compile workers keep failing to start (the last one {what}); check that "
-                               "`import triton` works, that the task is importable at module level and that "
-                               "the calling script guards its entry point with `if __name__ == '__main__':`.")
+                               "`import triton` works and that the task is importable at module level.")
