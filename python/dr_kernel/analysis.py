@@ -65,6 +65,15 @@ class DeviceLimits:
     max_threads_per_block: int = 1024
     max_blocks_per_sm: int = 32
     max_warps_per_sm: int = 64
+    # Peak throughputs, for the fraction of the device a kernel reaches (0 when unknown): dense
+    # tensor-core TFLOP/s by input type (fp32 inputs of tl.dot run as TF32), TFLOP/s of plain
+    # fp32 arithmetic (what softmax and RMSNorm compute with), and memory bandwidth in GB/s.
+    # The H200 figures are NVIDIA's data-sheet values for the SXM part.
+    peak_tflops_fp16: float = 989.0
+    peak_tflops_bf16: float = 989.0
+    peak_tflops_tf32: float = 494.0
+    peak_tflops_fp32: float = 67.0
+    peak_gbps: float = 4800.0
 
     def target(self):
         """Returns the Triton compile target for this device."""
@@ -72,9 +81,70 @@ class DeviceLimits:
 
         return GPUTarget("cuda", self.arch, self.warp_size)
 
+    def peak_tflops(self, dtype: str, tensor_cores: bool) -> float:
+        """Returns the peak TFLOP/s a kernel on `dtype` data can reach: the tensor cores' for a
+        kernel built on tl.dot, plain fp32 arithmetic otherwise; 0 when unknown."""
+        if not tensor_cores:
+            return self.peak_tflops_fp32
+        return {"fp16": self.peak_tflops_fp16, "bf16": self.peak_tflops_bf16,
+                "fp32": self.peak_tflops_tf32}.get(dtype, 0.0)
+
 
 H200 = DeviceLimits()
 
+
+def device_limits(device: Any = 0) -> DeviceLimits:
+    """Returns the limits of a visible CUDA device, read through torch where torch exposes them.
+
+    An H200 (or any device whose name contains "H200") gets the H200 constants. Other devices get
+    their own compute capability, SM count, shared memory, registers and threads; what torch does
+    not report keeps the sm_90 value, and the peak figures are 0 (unknown) because no API tells them.
+    """
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    if "H200" in props.name:
+        return H200
+    fields = {"name": props.name, "arch": props.major * 10 + props.minor, "sm_count": props.multi_processor_count,
+              "peak_tflops_fp16": 0.0, "peak_tflops_bf16": 0.0, "peak_tflops_tf32": 0.0, "peak_tflops_fp32": 0.0,
+              "peak_gbps": 0.0}
+    for ours, theirs in (("warp_size", "warp_size"), ("registers_per_sm", "regs_per_multiprocessor"),
+                         ("shared_per_sm", "shared_memory_per_multiprocessor"),
+                         ("shared_per_block", "shared_memory_per_block_optin"),
+                         ("max_threads_per_sm", "max_threads_per_multi_processor")):
+        value = getattr(props, theirs, None)
+        if isinstance(value, int) and value > 0:
+            fields[ours] = value
+    if "max_threads_per_sm" in fields:
+        fields["max_warps_per_sm"] = fields["max_threads_per_sm"] // fields.get("warp_size", 32)
+    return DeviceLimits(**fields)
+
+
+
+def throughput(flops: float, moved_bytes: float, ms: float, peak_tflops: float, peak_gbps: float) -> dict[str, Any]:
+    """Returns what a launch of `ms` milliseconds achieves on a problem of `flops` operations that
+    must move `moved_bytes`: TFLOP/s, GB/s, each as a fraction of the device's peak (None when the
+    peak is unknown), and `fraction_of_peak`, the roofline's verdict: the larger of the two, i.e.
+    the time the device could not beat divided by the time taken. `bound` names the resource the
+    roofline says limits the problem."""
+    tflops = flops / (ms * 1e-3) / 1e12
+    gbps = moved_bytes / (ms * 1e-3) / 1e9
+    compute = tflops / peak_tflops if peak_tflops > 0 else None
+    memory = gbps / peak_gbps if peak_gbps > 0 else None
+    known = [f for f in (compute, memory) if f is not None]
+    bound = None
+    if compute is not None and memory is not None:
+        bound = "compute" if flops / peak_tflops / 1e12 >= moved_bytes / peak_gbps / 1e9 else "memory"
+    return {"tflops": tflops, "gbps": gbps, "peak_tflops": peak_tflops or None, "peak_gbps": peak_gbps or None,
+            "fraction_of_peak_compute": compute, "fraction_of_peak_memory": memory,
+            "fraction_of_peak": max(known) if known else None, "bound": bound}
+
+
+def roofline_ms(flops: float, moved_bytes: float, peak_tflops: float, peak_gbps: float) -> float | None:
+    """Returns the fewest milliseconds the device's peaks allow for a problem, or None if unknown."""
+    if peak_tflops <= 0 or peak_gbps <= 0:
+        return None
+    return max(flops / (peak_tflops * 1e12), moved_bytes / (peak_gbps * 1e9)) * 1e3
 
 @dataclass
 class StaticReport:

@@ -381,3 +381,19 @@ class BuiltinJob(Job):
     def expected(self, state: Any) -> list | None:
         builtin, inputs = state
         return [builtin.reference(inputs)]
+
+
+def time_framework(kernel, shape: dict, dtype: str, device: str, reps: int = 20, flush_bytes: int = 256 << 20,
+                   seed: int = 0) -> float:
+    """Returns the median milliseconds of the framework's own operator for a built-in kernel's
+    problem (torch.matmul, torch.softmax, scaled_dot_product_attention, rms_norm), timed as configs
+    are: an L2 flush and CUDA events around each launch on a GPU, the wall clock on the CPU."""
+    import torch
+
+    inputs = kernel.make_inputs(shape, dtype, device, seed)
+    timer = _Timer(device, flush_bytes)
+    kernel.framework(inputs)  # The first call selects and loads the library's kernel.
+    if timer.cuda:
+        torch.cuda.synchronize()
+    times = [timer.time_ms(lambda: kernel.framework(inputs)) for _ in range(max(1, reps))]
+    return statistics.median(times)

@@ -95,6 +95,13 @@ def _reference(inputs):
     return out.to(inputs["o"].dtype)
 
 
+def _framework(inputs):
+    import torch
+
+    return torch.nn.functional.scaled_dot_product_attention(inputs["q"], inputs["k"], inputs["v"],
+                                                            is_causal=inputs["causal"], scale=inputs["sm_scale"])
+
+
 def _flops(shape):
     # Two products of N_CTX × N_CTX × HEAD_DIM per head, two operations per multiply-add; a causal
     # mask skips half of them.
@@ -125,6 +132,8 @@ KERNEL = BuiltinKernel(
     _launch=_launch,
     _reference=_reference,
     reference_name="torch sdpa",
+    _framework=_framework,
+    tensor_cores=True,
     output_name="o",
     _flops=_flops,
     # Q, K and V read once and O written once.

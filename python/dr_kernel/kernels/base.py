@@ -165,6 +165,11 @@ class BuiltinKernel:
     constraints: list[str] = field(default_factory=list)
     reference_name: str = ""
     description: str = ""
+    # The framework's own operator on the inputs in their own dtype (what `reference_name` names),
+    # timed next to the kernel; `reference` instead computes in fp32 for checking.
+    _framework: Callable[[dict[str, Any]], Any] | None = None
+    # Whether the kernel's work runs on tensor cores (tl.dot), which sets the peak it is held to.
+    tensor_cores: bool = False
 
     # ----- search space -------------------------------------------------------------------------
 
@@ -228,6 +233,13 @@ class BuiltinKernel:
         """Returns the framework's result for `inputs`, computed in fp32 and cast to the output's
         dtype, to compare the kernel's output against."""
         return self._reference(inputs)
+
+    def framework(self, inputs: dict[str, Any]) -> Any:
+        """Runs the framework's operator on `inputs` in their own dtype and returns its result:
+        the time to beat (torch.matmul is cuBLAS, scaled_dot_product_attention is flash attention)."""
+        if self._framework is None:
+            raise NotImplementedError(f"kernel '{self.name}' has no framework operator to compare with")
+        return self._framework(inputs)
 
     def output(self, inputs: dict[str, Any]) -> Any:
         """Returns the tensor the kernel writes, to poison before a launch and check after it."""

@@ -83,6 +83,13 @@ def _reference(inputs):
     return torch.matmul(inputs["a"].float(), inputs["b"].float()).to(inputs["c"].dtype)
 
 
+
+def _torch():
+    import torch
+
+    return torch
+
+
 KERNEL = BuiltinKernel(
     name="matmul",
     family="matmul",
@@ -112,6 +119,8 @@ KERNEL = BuiltinKernel(
     _launch=_launch,
     _reference=_reference,
     reference_name="torch.matmul",
+    _framework=lambda inputs: _torch().matmul(inputs["a"], inputs["b"]),
+    tensor_cores=True,
     output_name="c",
     _flops=lambda s: 2 * s["M"] * s["N"] * s["K"],
     _bytes=lambda s, size: (s["M"] * s["K"] + s["K"] * s["N"] + s["M"] * s["N"]) * size,
