@@ -12,8 +12,11 @@ import json, sys
 from optimize_kernels import run, scale_kernel
 x, y = run(int(sys.argv[1]))
 history = [(c, m["status"]) for c, m, _ in scale_kernel.history]
+session = scale_kernel.last_session
 print(json.dumps({"evaluations": scale_kernel.evaluations, "correct": bool((y == 2 * x).all()),
-                  "best": scale_kernel.best_config.all_kwargs(), "history": history}))
+                  "best": scale_kernel.best_config.all_kwargs(), "history": history,
+                  "static": session.static if session else None,
+                  "registers": [m["n_regs"] for _, m, _ in session.history] if session else []}))
 """
 
 
@@ -38,9 +41,36 @@ def test_tunes_stores_and_reuses_from_another_process(tmp_path):
             assert status == "ok", (config, status)
     assert any(s == "crashed" for s in statuses.values()), "the seed should draw a fatal config"
     assert first["best"]["WILD"] == 0 and first["best"]["STRIDE"] == 1
+    # Every config was compiled for the H200 from the arguments' description before it ran.
+    assert first["static"] and all(r > 0 for r in first["registers"])
 
     again = run_script(tmp_path, 1000)
     assert again["evaluations"] == 0 and again["correct"] and again["best"] == first["best"]
     # A new key tunes again.
     other = run_script(tmp_path, 3000)
     assert other["evaluations"] == 12 and other["correct"]
+
+
+def test_static_checks_describe_the_arguments_or_step_aside_with_one_warning():
+    import warnings
+
+    import torch
+    from optimize_kernels import scale_kernel
+
+    x = torch.randn(64)
+    stage = scale_kernel._static_stage({"x_ptr": x, "y_ptr": torch.empty_like(x), "n": 64})
+    try:
+        request = stage.describe({"BLOCK": 32, "STRIDE": 1, "WILD": 0, "num_warps": 1})
+        reference, signature, constexprs, attrs = request.kernel
+        assert reference == "optimize_kernels:scale_kernel"
+        assert signature == {"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr",
+                             "STRIDE": "constexpr", "WILD": "constexpr"}
+        assert set(attrs) == {(0,), (1,), (2,)}  # Aligned pointers; 64 is a multiple of 16.
+    finally:
+        stage.close()
+    scale_kernel._static_warned = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):  # A tuple cannot be described to the compiler: no checks, one warning.
+            assert scale_kernel._static_stage({"x_ptr": x, "y_ptr": x, "n": (1, 2)}) is None
+    assert len(caught) == 1 and "every config is measured" in str(caught[0].message)

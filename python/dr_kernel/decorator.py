@@ -111,7 +111,8 @@ class Optimized:
                  constraints: Sequence[str], strategy: str, max_seconds: float, seed: int,
                  reset_to_zero: Sequence[str] | None, restore_value: Sequence[str] | None,
                  reference: Callable | None, outputs: Sequence[str] | None, db: str | None,
-                 settings: MeasureSettings | None, isolate: bool | None):
+                 settings: MeasureSettings | None, isolate: bool | None, static_checks: bool = True,
+                 compile_timeout: float = 120.0):
         self.fn = fn
         self.arg_names = list(inspect.signature(getattr(fn, "fn", fn)).parameters)
         missing = [k for k in key if k not in self.arg_names]
@@ -136,6 +137,9 @@ class Optimized:
         self.history: list = []
         self._static_key: str | None = None
         self._store = None
+        self.static_checks, self.compile_timeout = static_checks, compile_timeout
+        self._static_warned = False
+        self.last_session = None
 
     @property
     def __name__(self) -> str:
@@ -218,8 +222,46 @@ class Optimized:
             return False
         return True
 
+    def _static_stage(self, nargs: dict):
+        """Returns a StaticStage that compiles this kernel's configs for the device of `nargs`, or
+        None (with one warning per kernel) when the kernel or its arguments cannot be described
+        to the compiler: then every config is measured, as without static checks."""
+        from .analysis import H200, device_limits
+        from .compile_pool import CompilePool, CompileRequest, function_reference
+        from .kernels.base import Pointer, specialise
+        from .session import StaticStage
+
+        if not self.static_checks:
+            return None
+        try:
+            reference = function_reference(self.fn)
+            if reference.startswith("__main__:"):
+                raise ValueError("it is defined in __main__, which a compile worker cannot import")
+            arguments = {}
+            for name in self.arg_names:
+                if name in nargs:
+                    arguments[name] = _placeholder(nargs[name], Pointer)
+                elif name in self.space.names:
+                    arguments[name] = None  # A tuned constexpr: each config gives its value.
+            signature, constexprs, attrs = specialise(self.fn, arguments)
+        except Exception as error:  # noqa: BLE001 -- any failure to describe only turns the checks off.
+            if not self._static_warned:
+                self._static_warned = True
+                warnings.warn(f"{self.__name__}: configs are not checked against the device's limits before "
+                              f"measuring ({error}); every config is measured.", stacklevel=5)
+            return None
+        tensor = next((v for v in nargs.values() if _is_tensor(v)), None)
+        cuda = tensor is not None and str(tensor.device).startswith("cuda")
+        limits = device_limits(tensor.device) if cuda else H200
+        kernel = (reference, signature, constexprs, attrs)
+
+        def describe(config: dict) -> CompileRequest:
+            return CompileRequest(kernel, dict(config), None, "", limits)
+
+        return StaticStage(CompilePool(timeout_s=self.compile_timeout), describe)
+
     def _tune(self, nargs: dict, grid, key: tuple, device: str, cache_key: str) -> dict:
-        from . import _core
+        from .session import run_session
 
         isolate = self._isolated()
         devices = visible_devices()
@@ -228,7 +270,6 @@ class Optimized:
                    "dtype": next((str(v.dtype).replace("torch.", "") for v in nargs.values() if _is_tensor(v)), "")}
         store = self.store()
         started = time.perf_counter()
-        best = [math.inf]
 
         def grid_of(config: dict) -> tuple:
             g = grid({**nargs, **config}) if callable(grid) else grid
@@ -242,30 +283,39 @@ class Optimized:
             state = job.setup(devices[0] if devices[0] != "cpu" else _tensor_device(nargs))
             measure_configs = _in_process(job, state, self.settings, devices[0])
 
-        def measure(batch: list[dict]) -> list[tuple[dict, float]]:
-            results = measure_configs([{**c, "__grid__": grid_of(c)} for c in batch], best[0])
-            for config, (m, _) in zip(batch, results):
-                store.add(problem, config, m, "optimize")
-                if m["status"] == "ok":
-                    best[0] = min(best[0], m["ms"])
-            return results
+        def measure(batch: list[dict], best_ms: float) -> list[tuple[dict, float]]:
+            return measure_configs([{**c, "__grid__": grid_of(c)} for c in batch], best_ms)
 
+        stage = self._static_stage(nargs)
         try:
-            history = _core.tune(problem, self.space, measure, self.strategy, self.max_evals,
-                                 self.max_seconds, self.seed)
+            session = run_session(problem, self.space, measure, static=stage, strategy=self.strategy,
+                                  max_evals=self.max_evals, max_seconds=self.max_seconds, seed=self.seed,
+                                  store=store, source="optimize", trust_compile_errors=False, launch_key=grid_of)
         finally:
+            if stage is not None:
+                stage.close()
             if pool is not None:
                 pool.close()
+        history = session.history
         self.evaluations += len(history)
         self.history.extend(history)
-        ok = [(m["ms"], c) for c, m, _ in history if m["status"] == "ok"]
-        if not ok:
+        self.last_session = session
+        if session.best_config is None:
             raise RuntimeError(f"tuning {self.__name__} for key {key}: none of the {len(history)} configs measured "
                                "ran correctly; check the kernel, its reference and the space")
-        ms, config = min(ok, key=lambda t: t[0])
-        store.put_winner(cache_key, config, ms, len(history))
+        store.put_winner(cache_key, session.best_config, session.best_ms, len(history))
         self.tuning_s = time.perf_counter() - started
-        return config
+        return session.best_config
+
+
+def _placeholder(value: Any, pointer: type) -> Any:
+    """What stands for an argument when the kernel is compiled without launching it: a Pointer
+    with Triton's name of a tensor's element type, the value itself otherwise."""
+    if not _is_tensor(value):
+        return value
+    from triton._utils import canonicalize_dtype
+
+    return pointer(canonicalize_dtype(value.dtype), value.data_ptr() % 16 == 0)
 
 
 def _in_process(job: Job, state: Any, settings: MeasureSettings, device: str):
@@ -307,7 +357,8 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
              max_seconds: float = math.inf, seed: int = 0, reset_to_zero: Sequence[str] | None = None,
              restore_value: Sequence[str] | None = None, reference: Callable | None = None,
              outputs: Sequence[str] | None = None, db: str | None = None,
-             settings: MeasureSettings | None = None, isolate: bool | None = None):
+             settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
+             compile_timeout: float = 120.0):
     """Decorates a @triton.jit kernel so that its first call per key tunes it.
 
     ``space`` (a dict of value lists) or ``configs`` (a list of triton.Config) is the search space;
@@ -315,12 +366,18 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
     one tuning. ``reference(**args)`` returns the correct outputs (in the order of ``outputs``, the
     names of the tensors the kernel writes); without it the first config that runs is the reference.
     ``isolate`` forces measuring in worker processes (True) or in this process (False).
+
+    Before measuring, each config is compiled for the device in a pool of processes (at most
+    ``compile_timeout`` seconds each): configs over the device's limits (shared memory, threads,
+    registers) or whose compile times out are refused without launching, and configs that compile
+    to the same binary are measured once. ``static_checks=False`` measures every config instead.
     """
 
     def decorator(fn):
         return Optimized(fn, max_evals=max_evals, key=key, space=space, configs=configs, constraints=constraints,
                          strategy=strategy, max_seconds=max_seconds, seed=seed, reset_to_zero=reset_to_zero,
                          restore_value=restore_value, reference=reference, outputs=outputs, db=db,
-                         settings=settings, isolate=isolate)
+                         settings=settings, isolate=isolate, static_checks=static_checks,
+                         compile_timeout=compile_timeout)
 
     return decorator

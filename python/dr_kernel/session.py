@@ -1,0 +1,343 @@
+"""One tuning session on real kernels: the strategy proposes, the compile pool vets, the GPU measures.
+
+`dr-kernel tune`, `dr-kernel sweep`'s measuring and `@optimize` all tune through run_session():
+
+    strategy (C++) ── batch ──► static stage: compile every config of the batch in the compile pool
+                                 │   invalid (over the device's limits, compile error, timeout)
+                                 │       → returned at once as a measurement with the reason
+                                 │   same binary as a config measured before → its result, copied
+                                 ▼
+                               measuring pool: one config per distinct binary, on the GPU(s)
+                                 ▼
+                               every result → the store; (measurement, cost seconds) → the strategy
+
+Each config of a batch is one evaluation whatever became of it, as in replay; its cost is its
+compile seconds plus its measuring seconds, the accounting replay uses, so a session's seconds
+budget is comparable with replayed ones. Compiles run in parallel (and for strategies that move
+by one-step neighbours, ahead of need, while the GPU measures), so wall time is usually lower.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+import warnings
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .analysis import H200, DeviceLimits, StaticReport
+from .compile_pool import CompilePool, CompileRequest
+
+# Strategies whose next proposal is usually a one-step neighbour of a config just measured: for
+# them the static stage compiles those neighbours while the GPU measures.
+NEIGHBOUR_STRATEGIES = frozenset({"anneal", "ppo"})
+
+Measure = Callable[[list[dict], float], list[tuple[dict, float]]]
+
+
+def _key(config: Mapping[str, Any]) -> tuple:
+    return tuple(sorted(config.items()))
+
+
+def static_fields(report: StaticReport) -> dict[str, Any]:
+    """Returns what a static report adds to a measurement: compile seconds, registers, spills and
+    shared memory, in the recorded tables' field names (unknown values left out)."""
+    fields = {"compile_s": report.compile_s, "n_regs": report.n_regs, "n_spills": report.n_spills,
+              "shared": report.shared}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def refusal(report: StaticReport) -> dict[str, Any]:
+    """Returns the measurement of a config that static analysis refused, with the reason as its
+    error: compile_timeout, compile_error (did not compile, or its compile worker died), or
+    out_of_resources (compiled, but over the device's limits)."""
+    if report.reason.startswith("compile timed out"):
+        status = "compile_timeout"
+    elif report.binary_hash is None:
+        status = "compile_error"
+    else:
+        status = "out_of_resources"
+    return {"status": status, "error": report.reason, **static_fields(report)}
+
+
+def measurable(report: StaticReport) -> bool:
+    """Whether a config should go to the GPU: it compiled and fits the device, or it compiled and
+    only its resource usage could not be read (then the GPU decides)."""
+    return report.valid or (report.binary_hash is not None and report.n_regs is None)
+
+
+class StaticStage:
+    """Compiles the configs of one problem in a CompilePool and remembers what each one needs.
+
+    `describe(config)` returns the CompileRequest of a config. reports() blocks until every config
+    asked for is compiled; guess() queues configs that may be asked for soon (the neighbours of
+    the ones just measured), which compile on otherwise idle workers and are then ready, and in
+    Triton's disk cache for the measuring process, when the strategy asks. Guesses that have not
+    started are dropped when newer ones push the queue past `max_guesses`.
+    """
+
+    def __init__(self, pool: CompilePool, describe: Callable[[dict], CompileRequest],
+                 max_guesses: int | None = None) -> None:
+        self.pool = pool
+        self.describe = describe
+        self.max_guesses = max_guesses if max_guesses is not None else 4 * pool.workers
+        self.reports: dict[tuple, StaticReport] = {}
+        self._tickets: dict[tuple, int] = {}  # Submitted and not yet answered.
+        self._keys: dict[int, tuple] = {}
+        self._guesses: collections.deque[int] = collections.deque()  # Queued guesses, oldest first.
+        self.guessed = 0  # Guesses that finished compiling.
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def _submit(self, config: dict, speculative: bool) -> None:
+        key = _key(config)
+        if key in self.reports:
+            return
+        ticket = self._tickets.get(key)
+        if ticket is not None:
+            if not speculative:
+                self.pool.prioritise(ticket)
+            return
+        ticket = self.pool.submit(self.describe(config), speculative=speculative)
+        self._tickets[key], self._keys[ticket] = ticket, key
+        if speculative:
+            self._guesses.append(ticket)
+
+    def _take(self, finished: list[tuple[int, StaticReport]]) -> None:
+        for ticket, report in finished:
+            key = self._keys.pop(ticket, None)
+            if key is None:
+                continue
+            del self._tickets[key]
+            self.reports[key] = report
+
+    def reports_for(self, configs: Sequence[dict]) -> list[StaticReport]:
+        """Returns the static report of every config, compiling those not compiled yet."""
+        for config in configs:
+            self._submit(config, speculative=False)
+        wanted = {_key(c) for c in configs}
+        while not wanted <= self.reports.keys():
+            self._take(self.pool.poll(None))
+        return [self.reports[_key(c)] for c in configs]
+
+    def guess(self, configs: Sequence[dict]) -> None:
+        """Queues configs that may be asked for soon; returns at once."""
+        for config in configs:
+            self._submit(config, speculative=True)
+        while len(self._guesses) > self.max_guesses:
+            ticket = self._guesses.popleft()
+            if self.pool.cancel(ticket):
+                del self._tickets[self._keys.pop(ticket)]
+        self._guesses = collections.deque(t for t in self._guesses if t in self._keys)
+        self._take(self.pool.poll(0))
+
+
+@dataclass
+class SessionResult:
+    """What one tuning session did. `history` holds (config, measurement, elapsed cost seconds)
+    per evaluation, in order; `measured` counts configs timed on the device, `refused` those the
+    static stage returned without measuring, `copied` those that shared a binary with a measured
+    one; `wall_s` is the session's wall-clock time."""
+
+    history: list[tuple[dict, dict, float]] = field(default_factory=list)
+    best_config: dict | None = None
+    best_ms: float = math.inf
+    wall_s: float = 0.0
+    measured: int = 0
+    refused: int = 0
+    copied: int = 0
+    static: bool = False
+
+    @property
+    def evaluations(self) -> int:
+        return len(self.history)
+
+    def statuses(self) -> dict[str, int]:
+        counts: dict[str, int] = collections.Counter(m["status"] for _, m, _ in self.history)
+        return dict(counts)
+
+
+def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: StaticStage | None = None,
+                strategy: str = "anneal", max_evals: int = 100, max_seconds: float = math.inf, seed: int = 0,
+                options: Mapping[str, float] | None = None, store=None, source: str = "tune",
+                on_trial: Callable[[dict, dict, float], None] | None = None, trust_compile_errors: bool = True,
+                launch_key: Callable[[dict], Hashable] | None = None, prefetch: bool | None = None
+                ) -> SessionResult:
+    """Tunes one problem and returns what happened.
+
+    `measure(configs, best_ms)` validates and times configs on the device and returns one
+    (measurement, seconds) per config (MeasurePool.measure has this contract). `static` vets each
+    batch first; without it every config is measured. `trust_compile_errors=False` measures configs
+    that failed to compile statically anyway (for user kernels, whose compile description is
+    inferred from their arguments); if one of them then runs, the description was wrong and static
+    refusals stop for the rest of the session, with one warning. `launch_key(config)` is what
+    besides the binary makes two launches differ (a user kernel's grid). `prefetch` compiles the
+    neighbours of measured configs ahead of need (default: for strategies in NEIGHBOUR_STRATEGIES).
+    Every result is added to `store` with `source`.
+    """
+    from . import _core
+
+    result = SessionResult(static=static is not None)
+    if prefetch is None:
+        prefetch = strategy in NEIGHBOUR_STRATEGIES
+    by_binary: dict[Hashable, tuple[dict, dict]] = {}  # Binary (and launch) → (config, measurement).
+    best = [math.inf]
+    trusted = [True]
+    started = time.perf_counter()
+
+    def binary_of(config: dict, report: StaticReport | None) -> Hashable | None:
+        if report is None or not report.valid or not report.binary_hash:
+            return None
+        return (report.binary_hash, launch_key(config)) if launch_key else report.binary_hash
+
+    def step(batch: list[dict]) -> list[tuple[dict, float]]:
+        reports: list[StaticReport | None] = [None] * len(batch)
+        if static is not None and trusted[0]:
+            reports = static.reports_for(batch)
+        compile_s = [(r.compile_s or 0.0) if r is not None else 0.0 for r in reports]
+        out: list[tuple[dict, float] | None] = [None] * len(batch)
+        leaders: dict[Hashable, int] = {}  # Binary → position in the batch of the config measured for it.
+        followers: list[tuple[int, Hashable]] = []
+        to_measure: list[int] = []
+        for i, (config, report) in enumerate(zip(batch, reports)):
+            if report is not None and not measurable(report):
+                refused = refusal(report)
+                if trust_compile_errors or refused["status"] != "compile_error":
+                    out[i] = (refused, compile_s[i])
+                    result.refused += 1
+                    continue
+            binary = binary_of(config, report)
+            if binary is not None and (binary in by_binary or binary in leaders):
+                followers.append((i, binary))
+                continue
+            if binary is not None:
+                leaders[binary] = i
+            to_measure.append(i)
+        if static is not None and prefetch and trusted[0]:
+            # Compile what the strategy may ask next while the device measures this batch.
+            static.guess([n for c in batch for n in space.neighbours(c)])
+        if to_measure:
+            measured = measure([batch[i] for i in to_measure], best[0])
+            for i, (m, seconds) in zip(to_measure, measured):
+                m, report = dict(m), reports[i]
+                if report is not None:
+                    m.update(static_fields(report))
+                    if not measurable(report) and m["status"] == "ok" and trusted[0]:
+                        # It failed to compile from its description, yet it ran: the description
+                        # is wrong, and so would be the rest of its verdicts.
+                        trusted[0] = False
+                        warnings.warn(f"{problem.get('family')}: a config that failed to compile from the "
+                                      "description of its arguments ran on the device, so that description "
+                                      "is wrong; static checks are off for the rest of this session.",
+                                      stacklevel=2)
+                out[i] = (m, compile_s[i] + seconds)
+                result.measured += 1
+                binary = binary_of(batch[i], report)
+                if binary is not None:
+                    by_binary[binary] = (batch[i], m)
+        for i, binary in followers:
+            leader, measured_m = by_binary[binary]
+            copy = {k: v for k, v in measured_m.items() if k not in ("compile_s", "load_s")}
+            copy.update(static_fields(reports[i]))
+            copy["same_binary_as"] = leader
+            out[i] = (copy, compile_s[i])
+            result.copied += 1
+        for config, (m, _) in zip(batch, out):
+            if m["status"] == "ok":
+                best[0] = min(best[0], m["ms"])
+            if store is not None:
+                store.add(dict(problem), config, _storable(m), source)
+        return out  # type: ignore[return-value]
+
+    def trial(config: dict, measurement: dict, elapsed_s: float) -> None:
+        if on_trial is not None:
+            on_trial(config, measurement, elapsed_s)
+
+    history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed,
+                         dict(options or {}), trial)
+    result.history = [(c, m, s) for c, m, s in history]
+    result.wall_s = time.perf_counter() - started
+    ok = [(m["ms"], c) for c, m, _ in result.history if m["status"] == "ok"]
+    if ok:
+        result.best_ms, result.best_config = min(ok, key=lambda t: t[0])
+    return result
+
+
+def _storable(measurement: dict) -> dict:
+    # The store takes the recorded-table fields; NaN and inf are stored as unknown.
+    return {k: v for k, v in measurement.items()
+            if not (isinstance(v, float) and not math.isfinite(v)) and not isinstance(v, dict)}
+
+
+# ----- built-in kernels ------------------------------------------------------------------------------
+
+def builtin_problem(kernel, shape: Mapping[str, Any], dtype: str, device: str) -> dict:
+    """The problem dict of a built-in kernel: fp16 problems carry no dtype, as in the recorded
+    tables, so that live results and imported recordings of one problem are one problem."""
+    return {"family": kernel.family, "shape": kernel.check_shape(shape), "device": device,
+            "dtype": "" if dtype == "fp16" else dtype}
+
+
+def builtin_describer(kernel, shape: Mapping[str, Any], dtype: str, device: DeviceLimits = H200):
+    """Returns describe(config) → CompileRequest for a built-in kernel's problem."""
+    shape = dict(shape)
+
+    def describe(config: dict) -> CompileRequest:
+        return CompileRequest(kernel.name, dict(config), shape, dtype, device)
+
+    return describe
+
+
+def device_name(interpret: bool) -> str:
+    """The name results are filed under: the GPU's, or the interpreter's."""
+    if interpret:
+        return "cpu (Triton interpreter)"
+    import torch
+
+    return torch.cuda.get_device_name(0)
+
+
+def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strategy: str = "anneal",
+                 max_evals: int = 100, max_seconds: float = math.inf, seed: int = 0,
+                 options: Mapping[str, float] | None = None, interpret: bool = False, store=None,
+                 source: str = "tune", workers: int | None = None, compile_timeout_s: float = 120.0,
+                 settings=None, on_trial=None, space=None, limits: DeviceLimits | None = None,
+                 prefetch: bool | None = None, measure_pool=None) -> SessionResult:
+    """Tunes a built-in kernel on one problem: the flow @optimize runs, on the kernel's own space
+    (or `space`), measuring on every visible GPU, or on the CPU in Triton's interpreter when
+    `interpret` (those times order configs for testing; they are not GPU times). Static analysis
+    is for `limits` (default: the visible GPU's, or the H200's under the interpreter)."""
+    from .analysis import device_limits
+    from .measure import BuiltinJob, MeasurePool, visible_devices
+    from .space import make_space
+
+    shape = kernel.check_shape(shape)
+    if space is None:
+        space = make_space(kernel.space, constraints=kernel.constraints)
+    devices = ["cpu"] if interpret else visible_devices()
+    if devices == ["cpu"] and not interpret:
+        raise RuntimeError("measuring needs a GPU and none is visible")
+    if limits is None:
+        limits = H200 if interpret else device_limits(0)
+    problem = builtin_problem(kernel, shape, dtype, device_name(interpret))
+    own_pool = measure_pool is None
+    pool = measure_pool or MeasurePool(BuiltinJob(kernel.name, dict(shape), dtype), devices, settings or _settings())
+    stage = StaticStage(CompilePool(workers=workers, timeout_s=compile_timeout_s),
+                        builtin_describer(kernel, shape, dtype, limits))
+    try:
+        return run_session(problem, space, pool.measure, static=stage, strategy=strategy, max_evals=max_evals,
+                           max_seconds=max_seconds, seed=seed, options=options, store=store, source=source,
+                           on_trial=on_trial, prefetch=prefetch)
+    finally:
+        stage.close()
+        if own_pool:
+            pool.close()
+
+
+def _settings():
+    from .measure import MeasureSettings
+
+    return MeasureSettings()

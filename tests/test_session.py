@@ -1,0 +1,166 @@
+"""The tuning session: static refusals before measuring, one measurement per binary, the store.
+
+Most tests use a pretend compiler (a module-level task of this file, which the compile workers
+import) and a counting benchmarker, so that they control every verdict; two compile real kernels
+for the H200 to show the refusal and the deduplication on the compiler's own findings.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from dr_kernel.analysis import StaticReport
+from dr_kernel.compile_pool import CompilePool, CompileRequest
+from dr_kernel.kernels import BUILTINS
+from dr_kernel.session import StaticStage, builtin_describer, refusal, run_session
+from dr_kernel.space import make_space
+from dr_kernel.store import open_store
+
+
+def pretend_compile(request: CompileRequest) -> StaticReport:
+    """X=3 needs too much shared memory, X=4 times out, X=5 fails to compile; binaries are X // 2
+    except for X=7, whose resource usage cannot be read; registers are 10 * X."""
+    x = request.config["X"]
+    report = StaticReport(kernel="fake", config=dict(request.config), compile_s=0.5)
+    if x == 4:
+        report.reason = "compile timed out after 9 s"
+    elif x == 5:
+        report.reason = "did not compile: CompilationError: at 3:4: bad"
+    elif x == 7:
+        report.binary_hash, report.reason = "seven", "compiled, but its resource usage could not be read: ?"
+    else:
+        report.binary_hash, report.n_regs, report.n_spills, report.shared = f"b{x // 2}", 10 * x, 0, 1000 * x
+        report.valid = x != 3
+        report.reason = "" if report.valid else "needs 300000 B of shared memory; the NVIDIA H200 allows 232448 B"
+    return report
+
+
+class Counter:
+    """A benchmarker that records what it was asked to measure; X=5 runs fine on the device."""
+
+    def __init__(self):
+        self.seen: list[dict] = []
+
+    def __call__(self, configs, best_ms):
+        self.seen.extend(configs)
+        return [({"status": "ok", "ms": 1.0 + c["X"], "ms_p20": 1.0, "ms_p80": 1.0, "relerr": 0.0,
+                  "load_s": 0.1}, 0.25) for c in configs]
+
+
+PROBLEM = {"family": "fake", "shape": {"n": 1}, "device": "test", "dtype": ""}
+
+
+def pretend_stage(workers: int = 2) -> StaticStage:
+    pool = CompilePool(workers=workers, timeout_s=30, task=pretend_compile)
+    return StaticStage(pool, lambda config: CompileRequest("fake", dict(config)))
+
+
+def test_refused_configs_are_not_measured_and_identical_binaries_are_measured_once(tmp_path):
+    space = make_space({"X": [0, 1, 2, 3, 4, 5, 6, 7]})
+    stage, measure = pretend_stage(), Counter()
+    store = open_store(tmp_path / "r.db")
+    try:
+        result = run_session(PROBLEM, space, measure, static=stage, strategy="exhaustive", max_evals=8,
+                             store=store, options={"batch": 8})
+    finally:
+        stage.close()
+    # The history holds elapsed seconds; each evaluation's cost is the step between neighbours.
+    elapsed = [0.0] + [e for _, _, e in result.history]
+    by_x = {c["X"]: (m, elapsed[i + 1] - elapsed[i]) for i, (c, m, _) in enumerate(result.history)}
+    assert len(by_x) == 8 and result.evaluations == 8
+    # Measured: one config per binary (X=0 and 1 share one), and X=7, whose resource usage is
+    # unknown, so the GPU decides; X=3, 4 and 5 are refused.
+    assert sorted(c["X"] for c in measure.seen) == [0, 2, 6, 7]
+    assert (result.measured, result.refused, result.copied) == (4, 3, 1)
+    assert {x: by_x[x][0]["status"] for x in (3, 4, 5)} == {3: "out_of_resources", 4: "compile_timeout",
+                                                             5: "compile_error"}
+    assert by_x[3][0]["error"].startswith("needs 300000 B") and by_x[3][0]["shared"] == 3000
+    assert by_x[3][0]["n_regs"] == 30 and by_x[3][1] == pytest.approx(0.5)  # Cost: its compile only.
+    # X=1 shares X=0's binary: its result is X=0's, with its own compile facts; it costs its compile.
+    assert by_x[1][0]["ms"] == by_x[0][0]["ms"] == 1.0 and by_x[1][0]["n_regs"] == 10
+    assert by_x[1][1] == pytest.approx(0.5)
+    assert by_x[0][1] == pytest.approx(0.75) and by_x[0][0]["compile_s"] == pytest.approx(0.5)
+    assert result.best_config == {"X": 0} and result.best_ms == 1.0
+    assert elapsed[-1] == pytest.approx(3 * 0.5 + 4 * 0.75 + 0.5)
+    rows = store.rows({**PROBLEM})
+    assert len(rows) == 8 and {m["status"] for _, m in rows} >= {"ok", "out_of_resources", "compile_timeout"}
+
+
+def test_user_kernels_measure_static_compile_errors_and_stop_trusting_a_wrong_description():
+    space = make_space({"X": [5, 3, 0]})
+    stage, measure = pretend_stage(workers=1), Counter()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = run_session(PROBLEM, space, measure, static=stage, strategy="exhaustive", max_evals=3,
+                                 trust_compile_errors=False, options={"batch": 1})
+    finally:
+        stage.close()
+    # X=5 failed to compile from its description yet ran: later verdicts are not trusted, so X=3,
+    # over the limits by the same description, is measured too.
+    assert [c["X"] for c in measure.seen] == [5, 3, 0]
+    assert [m["status"] for _, m, _ in result.history] == ["ok", "ok", "ok"]
+    assert any("description" in str(w.message) for w in caught)
+
+
+def test_a_session_without_static_checks_measures_everything():
+    measure = Counter()
+    result = run_session(PROBLEM, make_space({"X": [3, 4]}), measure, strategy="random", max_evals=2, seed=1)
+    assert sorted(c["X"] for c in measure.seen) == [3, 4] and not result.static
+
+
+def test_neighbours_are_compiled_ahead_for_one_step_strategies():
+    space = make_space({"X": [0, 1, 2, 6]})
+    stage, measure = pretend_stage(), Counter()
+    try:
+        run_session(PROBLEM, space, measure, static=stage, strategy="anneal", max_evals=1, seed=0)
+        guessed = set(stage.reports) | set(stage._tickets)
+    finally:
+        stage.close()
+    first = measure.seen[0]
+    neighbours = {tuple(sorted(n.items())) for n in space.neighbours(first)}
+    assert neighbours and neighbours <= guessed
+
+
+def test_real_compiles_refuse_an_over_limit_matmul_and_share_softmax_binaries(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    seen: list[dict] = []
+
+    def fake(configs, best_ms):  # A benchmarker that records what reached the "GPU".
+        seen.extend(configs)
+        return [({"status": "ok", "ms": 1.0}, 0.1) for _ in configs]
+
+    def tune(kernel, shape, configs):
+        stage = StaticStage(CompilePool(workers=2, timeout_s=120), builtin_describer(kernel, shape, "fp16"))
+        problem = {"family": kernel.family, "shape": shape, "device": "NVIDIA H200", "dtype": ""}
+        try:
+            return run_session(problem, make_space(configs=configs), fake, static=stage, strategy="exhaustive",
+                               max_evals=len(configs), options={"batch": len(configs)})
+        finally:
+            stage.close()
+
+    # 256×256 tiles of 128 in five stages need 655360 B of shared memory: refused, never launched.
+    big = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 5}
+    small = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    result = tune(BUILTINS["matmul"], {"M": 4096, "N": 4096, "K": 4096}, [big, small])
+    assert seen == [small]
+    verdict = {c["BLOCK_M"]: m for c, m, _ in result.history}
+    assert verdict[256]["status"] == "out_of_resources" and verdict[256]["shared"] == 655360
+    assert "needs 655360 B of shared memory" in verdict[256]["error"]
+    assert verdict[64]["status"] == "ok" and verdict[64]["n_regs"] > 0
+
+    # num_stages changes nothing in a kernel without pipelined loads: one binary, one measurement.
+    seen.clear()
+    result = tune(BUILTINS["softmax"], {"rows": 4096, "cols": 4096},
+                  [{"BLOCK": 1024, "num_warps": 4, "num_stages": s} for s in (1, 2, 3)])
+    assert len(seen) == 1 and (result.measured, result.copied) == (1, 2)
+    assert all(m["status"] == "ok" and m["n_regs"] > 0 for _, m, _ in result.history)
+
+
+def test_refusal_statuses_follow_the_reason():
+    base = {"kernel": "k", "config": {}}
+    assert refusal(StaticReport(**base, reason="compile timed out after 3 s"))["status"] == "compile_timeout"
+    assert refusal(StaticReport(**base, reason="compile worker died (exit code 9)"))["status"] == "compile_error"
+    over = refusal(StaticReport(**base, reason="needs 2048 threads", binary_hash="h", n_regs=32, shared=0))
+    assert over == {"status": "out_of_resources", "error": "needs 2048 threads", "n_regs": 32, "shared": 0}
