@@ -1,0 +1,43 @@
+"""The shipped PPO agent and `dr-kernel train`."""
+
+import json
+import subprocess
+import sys
+
+from dr_kernel import MODEL_FILE, POLICY_FILE, _core
+
+
+def test_the_package_ships_a_trained_agent_and_ppo_uses_it(tables):
+    assert POLICY_FILE.exists() and MODEL_FILE.exists()
+    assert _core.has_agent()
+    # On a bundled problem (the shipped agent has seen its table) the greedy agent must be within
+    # 5 % of the table's best in a handful of evaluations, far sooner than random search.
+    report = json.loads(_core.replay(tables, "ppo", 50, 1, 1.05, 0, {}).to_json())
+    for p in report["problems"]:
+        assert p["evals_to_within"]["median"] <= 10, p
+    random = json.loads(_core.replay(tables, "random", 50, 20, 1.05, 0, {}).to_json())
+    ppo_total = sum(p["evals_to_within"]["median"] for p in report["problems"])
+    random_total = sum(p["evals_to_within"]["median"] for p in random["problems"])
+    assert ppo_total * 3 < random_total
+
+
+def test_train_writes_an_agent_that_loads(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "dr_kernel.cli", "train", "--ppo-steps", "2048", "--bc-episodes", "20",
+         "--synthetic", "2", "--out", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["ppo_steps"] >= 2048 and report["demonstrations"] > 0 and report["table_tasks"] == 8
+    load = subprocess.run(
+        [sys.executable, "-c", f"from dr_kernel import _core; _core.load_agent({str(tmp_path / 'policy.bin')!r}, "
+                               f"{str(tmp_path / 'cost_model.bin')!r}); print(_core.has_agent())"],
+        capture_output=True, text=True)
+    assert load.stdout.strip() == "True", load.stderr
+    # A damaged policy file is one clear error naming the file.
+    (tmp_path / "policy.bin").write_bytes(b"not a policy")
+    bad = subprocess.run(
+        [sys.executable, "-c", f"from dr_kernel import _core; _core.load_agent({str(tmp_path / 'policy.bin')!r}, "
+                               f"{str(tmp_path / 'cost_model.bin')!r})"],
+        capture_output=True, text=True)
+    assert bad.returncode != 0 and "policy.bin" in bad.stderr.splitlines()[-1]
