@@ -42,6 +42,10 @@ def main() -> None:
         f"budget {args.budget}, {args.repeats} runs per problem (seeds 0…{args.repeats - 1}); "
         f"{args.budget + 1} means not reached. Reproduce: `.venv/bin/python benchmarks/replay_table.py`.",
         "",
+        "`ppo` is the shipped agent, whose cost model and policy were trained on these same tables: its column "
+        "is in-sample. For problems the agent has not seen (each table held out in turn) see "
+        "`benchmarks/agent.md`.",
+        "",
         "| problem | configs | " + " | ".join(strategies) + " |",
         "|---|---:|" + "---:|" * len(strategies),
     ]
