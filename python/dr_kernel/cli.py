@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import shutil
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from . import bundled_tables
 
@@ -94,6 +98,39 @@ def _print_replay(reports: dict, args: argparse.Namespace) -> None:
             print(f"{label:<52} {name:<11} {evals:>16} {best} {_fmt(p['tuning_s_to_within'], 1):>8}")
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    import time
+
+    from . import MODEL_FILE, POLICY_FILE, _core
+
+    paths = [str(p) for p in (args.data or bundled_tables())]
+    out = args.out or POLICY_FILE.parent
+    out.mkdir(parents=True, exist_ok=True)
+    tables = _core.read_tables(paths)
+    print(f"training the cost model and the agent on {len(tables)} problems from {len(paths)} files", file=sys.stderr)
+    start = time.perf_counter()
+
+    def progress(steps: int, mean_return: float, mean_length: float) -> None:
+        if sys.stderr.isatty():
+            print(f"\r  PPO step {steps:>9,}  mean return {mean_return:7.3f}  episode length {mean_length:5.1f}",
+                  end="", file=sys.stderr, flush=True)
+
+    report = _core.train_agent(tables, args.ppo_steps, args.bc_episodes, args.synthetic, args.seed,
+                               str(out / POLICY_FILE.name), str(out / MODEL_FILE.name), progress)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    report["seconds"] = time.perf_counter() - start
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"cost model: {report['model_seconds']:.1f} s; behaviour cloning on {report['demonstrations']:,} expert "
+              f"steps ({report['bc_accuracy']:.1%} agreement): {report['bc_seconds']:.1f} s; PPO "
+              f"{report['ppo_steps']:,} simulated steps over {report['table_tasks']} recorded and "
+              f"{report['synthetic_tasks']} synthetic problems: {report['ppo_seconds']:.1f} s")
+        print(f"wrote {out / POLICY_FILE.name} and {out / MODEL_FILE.name}")
+    return 0
+
+
 def cmd_strategies(args: argparse.Namespace) -> int:
     from . import _core
 
@@ -129,6 +166,352 @@ def cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+# ----- tuning real kernels --------------------------------------------------------------------
+
+class Progress:
+    """One status line on stderr that rewrites itself; silent when stderr is not a terminal."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.width = 0
+
+    def show(self, text: str) -> None:
+        if not self.enabled:
+            return
+        columns = shutil.get_terminal_size((100, 20)).columns - 1
+        text = text[:columns]
+        sys.stderr.write("\r" + text + " " * max(0, self.width - len(text)))
+        sys.stderr.flush()
+        self.width = len(text)
+
+    def close(self) -> None:
+        if self.enabled and self.width:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+        self.width = 0
+
+
+def _builtin(name: str):
+    from .kernels import UnknownKernelError, get
+
+    try:
+        return get(name)
+    except UnknownKernelError as e:
+        raise UsageError(str(e)) from None
+
+
+def _parse_value(text: str, like: Any) -> Any:
+    lowered = text.strip().lower()
+    if isinstance(like, bool) or lowered in ("true", "false"):
+        if lowered in ("true", "1"):
+            return True
+        if lowered in ("false", "0"):
+            return False
+        raise ValueError(text)
+    return int(text)
+
+
+def _parse_shape(kernel, text: str | None) -> dict:
+    if not text:
+        return dict(kernel.shapes[0])
+    like = kernel.shapes[0]
+    shape = {}
+    for pair in text.split(","):
+        name, sep, value = pair.partition("=")
+        name = name.strip()
+        try:
+            if not sep or not name:
+                raise ValueError(pair)
+            shape[name] = _parse_value(value, like.get(name))
+        except ValueError:
+            raise UsageError(f"--shape {text!r}: write KEY=INTEGER pairs separated by commas, e.g. "
+                             + ",".join(f"{k}={v}" for k, v in like.items())) from None
+    try:
+        return kernel.check_shape(shape)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _parse_json(text: str, flag: str, example: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"{flag} is not valid JSON ({e}); write e.g. {flag} '{example}'") from None
+
+
+def _parse_config(kernel, text: str) -> dict:
+    example = json.dumps(next(iter(kernel.configs())))
+    config = _parse_json(text, "--config", example)
+    if not isinstance(config, dict):
+        raise UsageError(f"--config must be a JSON object of parameter values, e.g. --config '{example}'")
+    try:
+        config = kernel.check_config(config)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    bad = [k for k, v in config.items() if isinstance(v, bool) or not isinstance(v, int)]
+    if bad:
+        raise UsageError(f"--config: {', '.join(bad)} must be whole numbers, e.g. --config '{example}'")
+    return config
+
+
+def _parse_space(kernel, text: str | None):
+    """The --space override: a JSON object of value lists over the kernel's parameters."""
+    from .space import make_space
+
+    if text is None:
+        return None
+    space = _parse_json(text, "--space", json.dumps({k: v[:2] for k, v in kernel.space.items()}))
+    if not isinstance(space, dict) or not all(isinstance(v, list) and v for v in space.values()):
+        raise UsageError("--space must be a JSON object mapping each parameter to a list of values")
+    try:
+        kernel.check_config({k: v[0] for k, v in space.items()})
+        return make_space(space, constraints=kernel.constraints)
+    except ValueError as e:
+        raise UsageError(f"--space: {e}") from None
+
+
+def _gpu_available() -> bool:
+    from .measure import visible_devices
+
+    return visible_devices() != ["cpu"]
+
+
+def _limits(gpu: bool):
+    from .analysis import H200, device_limits
+
+    return device_limits(0) if gpu else H200
+
+
+NO_GPU = ("measuring needs a GPU and none is visible; add --interpret to run the whole flow in Triton's "
+          "interpreter on the CPU (small shapes only: its times order configs for testing, they are not GPU times)")
+INTERPRETER_NOTE = "interpreter times (CPU): they order configs for testing; they are not GPU times"
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .analysis import roofline_ms, throughput
+    from .compile_pool import CompilePool, CompileRequest
+    from .kernels import dtype_name
+
+    kernel = _builtin(args.kernel)
+    shape = _parse_shape(kernel, args.shape)
+    config = _parse_config(kernel, args.config)
+    dtype = dtype_name(args.precision)
+    gpu = _gpu_available()
+    limits = _limits(gpu)
+    with CompilePool(workers=1, timeout_s=args.timeout) as pool:
+        report = pool.map([CompileRequest(kernel.name, config, shape, dtype, limits)])[0]
+    flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
+    peak_tflops, peak_gbps = limits.peak_tflops(dtype, kernel.tensor_cores), limits.peak_gbps
+    static = {k: v for k, v in report.to_dict().items()
+              if k not in ("kernel", "config", "shape", "dtype", "valid", "reason")}
+    result = {"kernel": kernel.name, "shape": shape, "precision": dtype, "config": config, "device": limits.name,
+              "valid": report.valid, "reason": report.reason, "static": static, "flops": flops, "bytes": moved,
+              "roofline_ms": roofline_ms(flops, moved, peak_tflops, peak_gbps), "measured": False}
+    if not gpu:
+        result["note"] = (f"no GPU: static analysis for the {limits.name} only (no timing, no correctness check)")
+    elif not report.valid:
+        result["note"] = "not launched: static analysis refused the config"
+    else:
+        from .measure import BuiltinJob, MeasurePool, MeasureSettings, time_framework
+
+        settings = MeasureSettings(timeout_s=args.timeout)
+        with MeasurePool(BuiltinJob(kernel.name, shape, dtype), ["cuda:0"], settings) as measurer:
+            m, _ = measurer.measure([config])[0]
+        result.update({"measured": True, "status": m["status"], "correct": m["status"] == "ok",
+                       "relerr": m.get("relerr"), "error": m.get("error")})
+        if m["status"] == "ok":
+            result.update({"ms": m["ms"], "ms_p20": m["ms_p20"], "ms_p80": m["ms_p80"]})
+            result.update(throughput(flops, moved, m["ms"], peak_tflops, peak_gbps))
+            ref_ms = time_framework(kernel, shape, dtype, "cuda:0")
+            result["reference"] = {"name": kernel.reference_name, "ms": ref_ms, "speedup": ref_ms / m["ms"]}
+        else:
+            result["valid"], result["reason"] = False, m.get("error") or m["status"]
+    if args.json:
+        print(json.dumps(result, default=str))
+    else:
+        _print_evaluation(result)
+    return 0
+
+
+def _print_evaluation(r: dict) -> None:
+    shape = " ".join(f"{k}={v}" for k, v in r["shape"].items())
+    print(f"{r['kernel']} {shape} {r['precision']}  config {json.dumps(r['config'])}")
+    s = r["static"]
+    if s.get("n_regs") is not None:
+        print(f"  static ({r['device']}): {s['n_regs']} registers, {s['n_spills']} spilled, "
+              f"{s['shared']} B shared memory, occupancy {s['occupancy']:.2f} ({s['blocks_per_sm']} blocks/SM, "
+              f"limited by {s['limiter']}), compiled in {s['compile_s']:.2f} s")
+    print(f"  valid: {'yes' if r['valid'] else 'no: ' + r['reason']}")
+    if r.get("roofline_ms"):
+        print(f"  roofline: at the device's peaks this problem takes at least {r['roofline_ms']:.4f} ms")
+    if r.get("ms") is not None:
+        frac = r.get("fraction_of_peak")
+        print(f"  time {r['ms']:.4f} ms (p20 {r['ms_p20']:.4f}, p80 {r['ms_p80']:.4f}), {r['tflops']:.1f} TFLOP/s, "
+              f"{r['gbps']:.0f} GB/s" + (f", {frac:.0%} of peak ({r['bound']}-bound)" if frac is not None else ""))
+        print(f"  correct: relative error {r['relerr']:.2e}; {r['reference']['name']}: "
+              f"{r['reference']['ms']:.4f} ms ({r['reference']['speedup']:.2f}x its speed)")
+    elif r.get("measured"):
+        print(f"  launch: {r['status']}: {r.get('error') or ''}")
+    if r.get("note"):
+        print(f"  note: {r['note']}")
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .analysis import throughput
+    from .kernels import dtype_name
+    from .measure import MeasureSettings, WorkerError, time_framework
+    from .session import tune_builtin
+    from .store import open_store
+
+    kernel = _builtin(args.kernel)
+    shape = _parse_shape(kernel, args.shape)
+    dtype = dtype_name(args.precision)
+    strategy = _strategy_names(args.strategy)
+    if len(strategy) != 1:
+        raise UsageError("--strategy takes one strategy name")
+    options = _parse_options(args.option)
+    space = _parse_space(kernel, args.space)
+    if args.budget < 1 or not args.seconds > 0:
+        raise UsageError("--budget must be at least 1 and --seconds positive")
+    gpu = _gpu_available()
+    if not gpu and not args.interpret:
+        raise UsageError(NO_GPU)
+    interpret = args.interpret
+    if space is None:
+        from .space import make_space
+
+        space = make_space(kernel.space, constraints=kernel.constraints)
+    store = open_store(args.db)
+    progress = Progress(enabled=not args.json)
+    total = min(args.budget, space.count_valid())
+    count, best, started = [0], [math.inf], time.perf_counter()
+
+    def on_trial(config: dict, m: dict, elapsed: float) -> None:
+        count[0] += 1
+        if m["status"] == "ok":
+            best[0] = min(best[0], m["ms"])
+        filled = min(20, int(20 * count[0] / total))
+        best_text = f"best {best[0]:.4f} ms" if math.isfinite(best[0]) else "no valid config yet"
+        progress.show(f"tune {kernel.name} [{'#' * filled}{'.' * (20 - filled)}] {count[0]}/{total}  "
+                      f"{best_text}  last {m['status']}  {time.perf_counter() - started:.0f} s")
+
+    settings = MeasureSettings(reps=args.reps)
+    try:
+        result = tune_builtin(kernel, shape, dtype, strategy=strategy[0], max_evals=args.budget,
+                              max_seconds=args.seconds, seed=args.seed, options=options, interpret=interpret,
+                              store=store, source="tune", workers=args.workers, compile_timeout_s=args.timeout,
+                              settings=settings, on_trial=on_trial, space=space)
+    except WorkerError as e:
+        raise UsageError(f"the measuring worker failed: {e}") from None
+    finally:
+        progress.close()
+    out = {"kernel": kernel.name, "shape": shape, "precision": dtype, "strategy": strategy[0],
+           "device": "cpu (Triton interpreter)" if interpret else _core_device_name(),
+           "interpreted": interpret, "evaluations": result.evaluations, "measured": result.measured,
+           "refused": result.refused, "copied": result.copied, "statuses": result.statuses(),
+           "tuning_s": result.history[-1][2] if result.history else 0.0, "wall_s": result.wall_s,
+           "best_config": result.best_config, "best_ms": result.best_ms if result.best_config else None,
+           "db": str(store.path)}
+    if interpret:
+        out["note"] = INTERPRETER_NOTE
+    elif result.best_config is not None:
+        limits = _limits(True)
+        out.update(throughput(kernel.flops(shape), kernel.bytes(shape, dtype), result.best_ms,
+                              limits.peak_tflops(dtype, kernel.tensor_cores), limits.peak_gbps))
+        ref_ms = time_framework(kernel, shape, dtype, "cuda:0")
+        out["reference"] = {"name": kernel.reference_name, "ms": ref_ms, "speedup": ref_ms / result.best_ms}
+    if args.json:
+        out["history"] = [{"config": c, **{k: v for k, v in m.items() if v is not None and v == v and v != -1
+                                           and v != ""}, "elapsed_s": e} for c, m, e in result.history]
+        print(json.dumps(out, default=str))
+        return 0 if result.best_config is not None else 1
+    _print_tuning(out)
+    return 0 if result.best_config is not None else 1
+
+
+def _core_device_name() -> str:
+    from .session import device_name
+
+    return device_name(False)
+
+
+def _print_tuning(o: dict) -> None:
+    shape = " ".join(f"{k}={v}" for k, v in o["shape"].items())
+    statuses = ", ".join(f"{n} {s}" for s, n in sorted(o["statuses"].items()))
+    print(f"tuned {o['kernel']} {shape} {o['precision']} on {o['device']} with {o['strategy']}: "
+          f"{o['evaluations']} evaluations ({statuses})")
+    print(f"  measured {o['measured']}, refused before launch {o['refused']}, same binary as another {o['copied']}; "
+          f"wall {o['wall_s']:.1f} s, charged {o['tuning_s']:.1f} s (compile + measure per config)")
+    if o["best_config"] is None:
+        print("  no config ran correctly")
+    else:
+        print(f"  best: {json.dumps(o['best_config'])}  {o['best_ms']:.4f} ms")
+        if o.get("tflops") is not None:
+            frac = o.get("fraction_of_peak")
+            print(f"  {o['tflops']:.1f} TFLOP/s, {o['gbps']:.0f} GB/s"
+                  + (f", {frac:.0%} of peak ({o['bound']}-bound)" if frac is not None else ""))
+        if o.get("reference"):
+            print(f"  {o['reference']['name']}: {o['reference']['ms']:.4f} ms "
+                  f"({o['reference']['speedup']:.2f}x its speed)")
+    if o.get("note"):
+        print(f"  note: {o['note']}")
+    print(f"  every result is in {o['db']}")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .kernels import dtype_name
+    from .measure import MeasureSettings, WorkerError
+    from .store import open_store
+    from .sweep import run_sweep
+
+    kernel = _builtin(args.kernel)
+    shape = _parse_shape(kernel, args.shape)
+    dtype = dtype_name(args.precision)
+    space = _parse_space(kernel, args.space)
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    if not _gpu_available() and not args.interpret:
+        raise UsageError(NO_GPU)
+    configs = None
+    if space is not None:
+        configs = [c for c in space.configs(space.product_size)]
+    store = open_store(args.db)
+    progress = Progress()
+
+    def show(r) -> None:
+        total = r.total - r.skipped
+        statuses = " ".join(f"{s} {n}" for s, n in sorted(r.statuses.items()))
+        progress.show(f"sweep {kernel.name}: {r.recorded}/{total} recorded ({statuses})")
+
+    try:
+        result = run_sweep(kernel, shape, dtype, args.out, configs=configs, limit=args.limit,
+                           interpret=args.interpret, compile_timeout_s=args.timeout, workers=args.workers,
+                           settings=MeasureSettings(reps=args.reps), store=store, progress=show)
+    except WorkerError as e:
+        raise UsageError(f"the measuring worker failed: {e}") from None
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"interrupted: the rows measured so far are in {args.out}; run the same command again to go on",
+              file=sys.stderr)
+        return 130
+    finally:
+        progress.close()
+    statuses = ", ".join(f"{n} {s}" for s, n in sorted(result.statuses.items())) or "none"
+    print(f"{args.out}: {result.recorded} new rows ({statuses}; {result.copied} copied from an identical binary), "
+          f"{result.skipped} of {result.total} configs already recorded; {result.wall_s:.1f} s")
+    if args.interpret:
+        print(f"note: {INTERPRETER_NOTE}")
+    return 0
+
+
+def _kernel_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel", required=True, help="a built-in kernel: matmul, softmax, attention, rmsnorm")
+    p.add_argument("--shape", help="the problem as KEY=VALUE pairs, e.g. M=4096,N=4096,K=4096 "
+                   "(default: the kernel's first recorded problem)")
+    p.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "fp32"],
+                   help="element type (default fp16)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dr-kernel", description="Auto-tuning of Triton GPU kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,6 +533,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", type=Path)
     p.add_argument("--db", type=Path, help="the database file (default: $DR_KERNEL_DB or the per-user cache)")
     p.set_defaults(func=cmd_db)
+
+    p = sub.add_parser("train", help="pre-train the cost model and the PPO agent on recorded tables")
+    p.add_argument("--data", nargs="+", type=Path, help="recorded tables; default: the bundled H200 tables")
+    p.add_argument("--ppo-steps", type=int, default=1_000_000, help="simulated PPO steps (default 1,000,000)")
+    p.add_argument("--bc-episodes", type=int, default=1500, help="expert episodes for behaviour cloning (default 1500)")
+    p.add_argument("--synthetic", type=int, default=24, help="synthetic problems between the recorded ones (default 24)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="folder for policy.bin and cost_model.bin; default: the package's own")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="analyse one config of a built-in kernel, and time it when a GPU is visible")
+    _kernel_arguments(p)
+    p.add_argument("--config", required=True, help='the config as JSON, e.g. \'{"BLOCK": 1024, "num_warps": 4, '
+                   '"num_stages": 1}\'')
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds the compile may take (default 300)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (with 'valid' and 'reason')")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("tune", help="tune a built-in kernel on one problem (GPU, or --interpret on the CPU)")
+    _kernel_arguments(p)
+    p.add_argument("--strategy", default="anneal", help="the search strategy (default anneal)")
+    p.add_argument("--budget", type=int, default=100, help="evaluations (default 100)")
+    p.add_argument("--seconds", type=float, default=math.inf,
+                   help="tuning seconds, counted as compile + measuring seconds per config (default: no limit)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the strategy (default 0)")
+    p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="a strategy option")
+    p.add_argument("--space", help="JSON object of value lists replacing the kernel's space")
+    p.add_argument("--db", type=Path, help="the results store (default: $DR_KERNEL_DB or the per-user cache)")
+    p.add_argument("--workers", type=int, help="compile processes (default: one per CPU core)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds one compile may take (default 120)")
+    p.add_argument("--reps", type=int, default=20, help="timed launches per config (default 20)")
+    p.add_argument("--interpret", action="store_true",
+                   help="measure in Triton's interpreter on the CPU (small shapes; not GPU times)")
+    p.add_argument("--json", action="store_true", help="print one JSON object, with every evaluation")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("sweep", help="record every config of a built-in kernel on one problem (resumable)")
+    _kernel_arguments(p)
+    p.add_argument("--out", type=Path, required=True, help="the JSON-lines file to append rows to")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds one compile may take (default 300)")
+    p.add_argument("--space", help="JSON object of value lists replacing the kernel's space")
+    p.add_argument("--limit", type=int, help="record only the first N configs of the space")
+    p.add_argument("--db", type=Path, help="the results store (default: $DR_KERNEL_DB or the per-user cache)")
+    p.add_argument("--workers", type=int, help="compile processes (default: one per CPU core)")
+    p.add_argument("--reps", type=int, default=20, help="timed launches per config (default 20)")
+    p.add_argument("--interpret", action="store_true",
+                   help="measure in Triton's interpreter on the CPU (small shapes; not GPU times)")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("strategies", help="list the search strategies and their options")
     p.set_defaults(func=cmd_strategies)

@@ -1,0 +1,121 @@
+"""dr-kernel evaluate, tune and sweep on a machine without a GPU: static analysis, Triton's
+interpreter for the measuring, and one clear line for every mistake a user can make."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dr_kernel import _core
+from dr_kernel.cli import main
+
+MATMUL_OK = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+MATMUL_TOO_BIG = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 5}
+TINY_SOFTMAX = ["--kernel", "softmax", "--shape", "rows=3,cols=200", "--precision", "fp32", "--interpret",
+                "--workers", "1", "--reps", "2"]
+TINY_SPACE = json.dumps({"BLOCK": [64, 256], "num_warps": [1, 4], "num_stages": [1, 2]})
+
+
+@pytest.fixture(autouse=True)
+def no_gpu(monkeypatch):
+    # The tests describe this machine; a GPU would make them time configs instead.
+    monkeypatch.setattr("dr_kernel.cli._gpu_available", lambda: False)
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_evaluate_without_a_gpu_gives_the_static_analysis_and_says_so(capsys):
+    code, out, _ = run(capsys, "evaluate", "--kernel", "matmul", "--config", json.dumps(MATMUL_OK), "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["valid"] is True and result["reason"] == "" and result["measured"] is False
+    assert result["shape"] == {"M": 4096, "N": 4096, "K": 4096}  # The first recorded problem.
+    assert result["static"]["n_regs"] > 0 and result["static"]["shared"] > 0
+    assert 0 < result["static"]["occupancy"] <= 1 and "no GPU" in result["note"]
+    # 2·4096³ FLOPs at 989 TFLOP/s.
+    assert result["roofline_ms"] == pytest.approx(2 * 4096**3 / 989e12 * 1e3)
+
+    code, out, _ = run(capsys, "evaluate", "--kernel", "matmul", "--config", json.dumps(MATMUL_TOO_BIG),
+                       "--shape", "M=4096,N=4096,K=4096", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["valid"] is False
+    assert result["reason"].startswith("needs 655360 B of shared memory")
+
+    code, out, _ = run(capsys, "evaluate", "--kernel", "softmax", "--precision", "bf16", "--shape",
+                       "rows=64,cols=1000", "--config", '{"BLOCK": 1024, "num_warps": 4, "num_stages": 1}')
+    assert code == 0 and "registers" in out and "valid: yes" in out and "static analysis" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["evaluate", "--kernel", "conv2d", "--config", "{}"], "no built-in kernel named 'conv2d'"),
+    (["evaluate", "--kernel", "softmax", "--config", "{BLOCK: 1}"], "--config is not valid JSON"),
+    (["evaluate", "--kernel", "softmax", "--config", "[1, 2]"], "must be a JSON object"),
+    (["evaluate", "--kernel", "softmax", "--config", '{"BLOCK": 256, "num_warps": 4, "num_stages": 1, "W": 2}'],
+     "has unknown W"),
+    (["evaluate", "--kernel", "softmax", "--config", '{"BLOCK": 256, "num_warps": 4}'], "lacks num_stages"),
+    (["evaluate", "--kernel", "softmax", "--config", '{"BLOCK": "x", "num_warps": 4, "num_stages": 1}'],
+     "must be whole numbers"),
+    (["evaluate", "--kernel", "softmax", "--shape", "rows=4", "--config", "{}"], "lacks cols"),
+    (["evaluate", "--kernel", "softmax", "--shape", "rows=four,cols=2", "--config", "{}"], "KEY=INTEGER"),
+    (["tune", "--kernel", "softmax"], "measuring needs a GPU"),
+    (["tune", "--kernel", "softmax", "--strategy", "simplex", "--interpret"], "unknown strategy 'simplex'"),
+    (["tune", "--kernel", "softmax", "--space", '{"BLOCK": [1], "num_warps": [1]}', "--interpret"],
+     "lacks num_stages"),
+    (["sweep", "--kernel", "softmax", "--out", "x.jsonl"], "measuring needs a GPU"),
+])
+def test_mistakes_get_one_line_and_exit_status_2(capsys, args, message):
+    code, _, err = run(capsys, *args)
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_gpu_times(capsys, tmp_path):
+    db = tmp_path / "r.db"
+    code, out, _ = run(capsys, "tune", *TINY_SOFTMAX, "--space", TINY_SPACE, "--budget", "6", "--seed", "1",
+                       "--db", str(db), "--json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["interpreted"] and "not GPU times" in result["note"]
+    assert result["evaluations"] == 6 and len(result["history"]) == 6
+    assert result["measured"] + result["copied"] + result["refused"] == 6
+    # num_stages does not change the softmax binary, so some configs are copies of others.
+    assert result["copied"] >= 1 and result["statuses"] == {"ok": 6}
+    assert result["best_config"]["BLOCK"] in (64, 256) and result["best_ms"] > 0
+    assert all(h["n_regs"] > 0 for h in result["history"])
+    stored = _core.Store(str(db))
+    assert stored.count() == 6
+
+    code, out, _ = run(capsys, "tune", *TINY_SOFTMAX, "--space", TINY_SPACE, "--budget", "2", "--db", str(db))
+    assert code == 0 and "not GPU times" in out and "best:" in out
+
+
+def test_sweep_appends_rows_the_table_reader_reads_and_resumes(capsys, tmp_path):
+    out_file = tmp_path / "softmax.jsonl"
+    args = ["sweep", *TINY_SOFTMAX, "--space", TINY_SPACE, "--out", str(out_file), "--db", str(tmp_path / "r.db")]
+    code, out, _ = run(capsys, *args, "--limit", "3")
+    assert code == 0 and "3 new rows" in out
+    rows = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert rows[0]["type"] == "reference" and rows[0]["ref"] == "torch.softmax" and rows[0]["dtype"] == "fp32"
+    assert rows[0]["flops"] == 5 * 3 * 200 and rows[0]["bytes"] == 2 * 3 * 200 * 4
+    assert {"triton", "torch", "device"} <= set(rows[0])
+    assert all(r["type"] == "measure" and r["status"] == "ok" and r["ms"] > 0 for r in rows[1:])
+    assert all({"compile_s", "n_regs", "n_spills", "shared", "relerr", "ms_p20", "ms_p80", "t"} <= set(r)
+               for r in rows[1:])
+
+    # An interrupted write leaves half a line; the rerun drops it and records that config again.
+    with open(out_file, "a") as handle:
+        handle.write('{"type":"measure","family":"softmax","sha')
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "5 new rows" in out and "3 of 8 configs already recorded" in out
+    tables = _core.read_tables([str(out_file)])
+    assert len(tables) == 1 and len(tables[0]) == 8
+    assert tables[0].problem["dtype"] == "fp32" and tables[0].problem["device"] == "cpu (Triton interpreter)"
+    configs = [json.dumps(c, sort_keys=True) for c, _ in tables[0].rows()]
+    assert len(set(configs)) == 8
+
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "0 new rows" in out and len(_core.read_tables([str(out_file)])[0]) == 8
