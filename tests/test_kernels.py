@@ -131,14 +131,17 @@ def test_specialise_agrees_with_tritons_own_launch_rules():
     values = {"p": MockTensor(torch.bfloat16), "a": 1, "b": 48, "c": 17, "d": 2**40, "e": 0.5, "f": -7}
     signature, constexprs, attrs = specialise(probe, {**{k: v for k, v in values.items() if k != "p"},
                                                       "p": Pointer("bf16"), "X": 3})
+    jit_attrs = {}
     for index, (name, value) in enumerate(values.items()):
         kind, attribute = native_specialize_impl(BaseBackend, value, False, True, True)
         assert signature[name] == kind, name
         if kind == "constexpr":
             assert constexprs[name] == attribute
-        else:
-            assert ((index,) in attrs) == (attribute == "D"), name
+        elif isinstance(attribute, str):  # What the JIT's _pack_args keeps, empty ones included.
+            jit_attrs[(index,)] = BaseBackend.parse_attr(attribute)
     assert constexprs["X"] == 3
+    # The same dict in the same order: Triton's cache key hashes its text.
+    assert str(attrs) == str(jit_attrs) and (3,) in attrs and attrs[(3,)] == []
 
 
 def test_make_inputs_are_seeded_random_normal_and_never_zero():

@@ -88,6 +88,10 @@ def specialise(fn: Any, arguments: Mapping[str, Any]) -> tuple[dict, dict, dict]
     divisible by 16 and an aligned pointer are marked divisible by 16 (which lets the compiler
     vectorise loads), integers are i32 when they fit and i64 otherwise, floats are fp32. Arguments
     named in the kernel's do_not_specialize lists are left general, as the JIT leaves them.
+
+    The attributes are the JIT's to the letter, an empty list for a specialised pointer or integer
+    that is not divisible included, because Triton's cache key hashes their text: a compile here
+    then lands in the cache entry the launch looks up, and the launch loads it instead of compiling.
     """
     parameters = list(inspect.signature(python_function(fn)).parameters.values())
     not_specialised = set(getattr(fn, "do_not_specialize", ()) or ())
@@ -106,8 +110,8 @@ def specialise(fn: Any, arguments: Mapping[str, Any]) -> tuple[dict, dict, dict]
             constexprs[param.name] = value
         elif isinstance(value, Pointer):
             signature[param.name] = "*" + value.dtype
-            if value.aligned and check_alignment:
-                attrs[(index,)] = [["tt.divisibility", 16]]
+            if specialise_value:
+                attrs[(index,)] = [["tt.divisibility", 16]] if value.aligned and check_alignment else []
         elif isinstance(value, bool):
             signature[param.name] = "u1"
         elif isinstance(value, int):
@@ -121,8 +125,8 @@ def specialise(fn: Any, arguments: Mapping[str, Any]) -> tuple[dict, dict, dict]
                 signature[param.name] = "u64"
             else:
                 signature[param.name] = "i64"
-            if value % 16 == 0 and check_alignment:
-                attrs[(index,)] = [["tt.divisibility", 16]]
+            if specialise_value:
+                attrs[(index,)] = [["tt.divisibility", 16]] if value % 16 == 0 and check_alignment else []
         elif isinstance(value, float):
             signature[param.name] = "fp32"
         else:
