@@ -1,0 +1,102 @@
+"""The parts of benchmarks/gpu_bench.py that run without a GPU: its command line, its problem
+list, the hand-picked triton.autotune lists and the summary table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dr_kernel.kernels import BUILTINS
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_bench.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("gpu_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(*args):
+    # As the lead runs it: from the repository root, the package found through the script's path.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
+                          cwd=SCRIPT.parents[1], timeout=120)
+
+
+def test_command_line_lists_problems_and_refuses_bad_input_in_one_line(tmp_path):
+    assert run("--help").returncode == 0
+    listed = run("--list")
+    assert listed.returncode == 0
+    assert [line.split(":")[0] for line in listed.stdout.splitlines()][:2] == ["matmul-4096", "matmul-8192x2048x1024"]
+    bad = run("--out", str(tmp_path), "--problems", "matmul-4096,conv")
+    assert bad.returncode == 2 and "unknown problem conv" in bad.stderr
+    no_gpu = run("--out", str(tmp_path), "--problems", "softmax-4096")
+    assert no_gpu.returncode == 2 and "no CUDA GPU" in no_gpu.stderr
+
+
+def test_problem_selection_and_hand_picked_lists():
+    bench = load()
+    assert bench.parse_problems(None, quick=False)[-1] == bench.LAUNCH and len(bench.parse_problems(None, False)) == 8
+    assert bench.parse_problems(None, quick=True) == bench.QUICK
+    assert bench.parse_problems(" softmax-4096 ,launch-overhead", quick=False) == ["softmax-4096", "launch-overhead"]
+    with pytest.raises(ValueError, match="unknown problem"):
+        bench.parse_problems("softmax", quick=False)
+    sizes = {"matmul": 8, "attention": 12, "softmax": 9}
+    for name, (family, shape) in bench.PROBLEMS.items():
+        kernel = BUILTINS[family]
+        kernel.check_shape(shape)
+        configs = bench.autotune_configs(family, shape)
+        assert len(configs) == sizes[family], name
+        for config in configs:
+            kernel.check_config(config)
+    softmax = bench.autotune_configs("softmax", {"rows": 4096, "cols": 4096})
+    # The softmax tutorial's own choice (the whole row, 8 warps, 2 stages) is among them.
+    assert {"BLOCK": 4096, "num_warps": 8, "num_stages": 2} in softmax
+
+
+def test_summary_reads_the_result_files(tmp_path):
+    bench = load()
+    timing = {"ms": 0.2, "tuning_wall_s": 10.0}
+    (tmp_path / "matmul-4096.json").write_text(json.dumps({
+        "dr_kernel": {**timing, "evaluations": 50, "refused": 4, "copied": 2}, "autotune": {**timing, "ms": 0.25},
+        "torch": {"ms": 0.18}}))
+    (tmp_path / "launch-overhead.json").write_text(json.dumps({"us_per_call": {"bare": 6.0, "@optimize": 9.5}}))
+    text = bench.summary(tmp_path)
+    assert "matmul-4096" in text and "0.80" in text and "50 (4, 2)" in text and "@optimize 9.50" in text
+
+
+INTERPRETED_LAUNCHERS = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("gpu_bench", sys.argv[1])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+from dr_kernel import kernels
+small = {"matmul": ({"M": 40, "N": 33, "K": 64}, {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+         "softmax": ({"rows": 3, "cols": 300}, {}),
+         "attention": ({"Z": 1, "H": 2, "N_CTX": 64, "HEAD_DIM": 16, "CAUSAL": True}, {"BLOCK_M": 32, "BLOCK_N": 16})}
+for family, (shape, smaller) in small.items():
+    kernel = kernels.get(family)
+    config = {**bench.autotune_configs(family, shape)[-1], **smaller}
+    _, launch = bench.autotuned_launcher(kernel, [config])  # One config: triton.autotune runs it untimed.
+    inputs = kernel.make_inputs(shape, "fp32", "cpu", 0)
+    launch(inputs)
+    print(json.dumps({family: bench.relative_error(kernel.output(inputs), kernel.reference(inputs))}))
+"""
+
+
+def test_the_triton_autotune_launchers_pass_each_kernel_its_arguments():
+    # Triton's interpreter runs the kernels on the CPU; a wrong argument order or grid shows here
+    # instead of on the GPU.
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", INTERPRETED_LAUNCHERS, str(SCRIPT)], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    errors = {k: v for line in out.stdout.splitlines() for k, v in json.loads(line).items()}
+    assert set(errors) == {"matmul", "softmax", "attention"} and all(e < 1e-4 for e in errors.values()), errors
