@@ -3,7 +3,7 @@
 // the other problems only, then tune the held-out one by replaying its table.
 //
 //   build/cpp-tests/agent_eval [--ppo-steps N] [--bc-episodes N] [--repeats R] [--budget B]
-//                              [--problems i,j,...] [--ablations 0|1]
+//                              [--problems i,j,...] [--ablations 0|1] [--refit N]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -76,6 +76,7 @@ struct Row {
 int main(int argc, char** argv) {
   int64_t ppo_steps = 200000, budget = 100;
   int bc_episodes = 1500, repeats = 10;
+  double refit = 8;  // The ppo strategy's option: refit the session's cost model every N measurements.
   bool ablations = true;
   std::set<size_t> only;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
     else if (flag == "--repeats") repeats = std::stoi(value);
     else if (flag == "--budget") budget = std::stoll(value);
     else if (flag == "--ablations") ablations = value != "0";
+    else if (flag == "--refit") refit = std::stod(value);
     else if (flag == "--problems") {
       size_t pos = 0;
       while (pos < value.size()) {
@@ -153,11 +155,11 @@ int main(int argc, char** argv) {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       agent::SetDefaultAgent(trained);
       settings.strategy = "ppo";
-      settings.options = {{"epsilon", 0.0}};
+      settings.options = {{"epsilon", 0.0}, {"refit", refit}};
       settings.repeats = 1;  // Greedy: every run is the same.
       record(v.name, Replay(held, settings));
       if (v.name == "ppo") {
-        settings.options = {{"epsilon", 0.1}};
+        settings.options = {{"epsilon", 0.1}, {"refit", refit}};
         settings.repeats = repeats;
         record("ppo eps0.1", Replay(held, settings));
       }

@@ -39,7 +39,7 @@ void Prior::Rank(const Space& space) {
 
 Session::Session(const Space& space, const Prior& prior, std::vector<double> problem_features, int64_t budget,
                  RewardConfig rewards)
-    : space_(space), prior_(prior), problem_features_(std::move(problem_features)), budget_(budget),
+    : space_(space), prior_(&prior), problem_features_(std::move(problem_features)), budget_(budget),
       rewards_(rewards) {
   if (space.num_params() > static_cast<size_t>(kSlots))
     throw SpaceError("the ppo strategy handles spaces of at most " + std::to_string(kSlots) +
@@ -67,14 +67,14 @@ double Session::Predict(const Config& config, double* std) const {
     }
     local /= weight + 0.5;
   }
-  if (std) *std = prior_.log_std[index] / std::sqrt(1.0 + weight);
-  return prior_.log_ms[index] + bias + local;
+  if (std) *std = prior_->log_std[index] / std::sqrt(1.0 + weight);
+  return prior_->log_ms[index] + bias + local;
 }
 
 std::optional<Config> Session::JumpTarget() const {
   if (jump_known_) return jump_;
   jump_known_ = true;
-  const auto& order = prior_.order;
+  const auto& order = prior_->order;
   while (order_start_ < order.size() && measured_.count(order[order_start_])) ++order_start_;
   std::optional<Config> best;
   double best_score = kInf;
@@ -84,7 +84,7 @@ std::optional<Config> Session::JumpTarget() const {
     const Config c = space_.FromIndex(order[i]);
     double std = 0;
     const double mean = Predict(c, &std);
-    const double score = JumpScore(mean, std, prior_.p_fail[order[i]]);
+    const double score = JumpScore(mean, std, prior_->p_fail[order[i]]);
     if (score < best_score) {
       best_score = score;
       best = c;
@@ -126,11 +126,27 @@ void Session::Observe(const Config& config, const Measurement& m) {
   measured_[index] = {ok, log_ms};
   jump_known_ = false;
   if (ok) {
-    const double r = log_ms - prior_.log_ms[index];
+    const double r = log_ms - prior_->log_ms[index];
     residual_at_.push_back(space_.Encode(config));
     residual_.push_back(r);
     residual_sum_ += r;
   }
+}
+
+void Session::Rebase(const Prior& prior) {
+  prior_ = &prior;
+  residual_at_.clear();
+  residual_.clear();
+  residual_sum_ = 0;
+  for (const auto& [index, result] : measured_) {
+    if (!result.ok) continue;
+    const double r = result.log_ms - prior_->log_ms[index];
+    residual_at_.push_back(space_.Encode(space_.FromIndex(index)));
+    residual_.push_back(r);
+    residual_sum_ += r;
+  }
+  order_start_ = 0;
+  jump_known_ = false;
 }
 
 void Session::Record(const Config& config, const Measurement& measurement) {
@@ -208,7 +224,7 @@ void Session::FillDirection(const Config& target, double current_log, double* ou
   const double mean = Predict(target, &std);
   out[4] = std::isfinite(current_log) ? Clip(mean - current_log, -1, 1) : 0;
   out[5] = Clip(std, 0, 1);
-  out[6] = prior_.p_fail[index];
+  out[6] = prior_->p_fail[index];
 }
 
 std::vector<double> Session::Observation() const {

@@ -1,6 +1,7 @@
 // The PPO agent: a pre-trained policy walks the space by one-step moves and jumps, starting from
 // the cost model's prior and correcting it with every measurement. Several walkers propose one
 // config each per round (one per measuring worker); exploration decays round by round.
+#include <memory>
 #include <unordered_set>
 
 #include "dr_kernel/agent/agent.h"
@@ -32,12 +33,18 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
                         "which ships one), or choose another strategy");
   const Space& space = evaluator.space();
   const Problem& problem = evaluator.env().problem();
-  const agent::Prior prior = agent::PriorFromModel(trained->model.get(), problem, space);
+  auto prior = std::make_unique<agent::Prior>(agent::PriorFromModel(trained->model.get(), problem, space));
+  // The session's own copy of the cost model, refitted with its measurements every `refit` of them.
+  const int64_t refit = options.Int("refit");
+  std::unique_ptr<CostModel> model;
+  if (refit > 0 && trained->model) model = std::make_unique<CostModel>(*trained->model);
+  std::vector<std::pair<NamedValues, Measurement>> unfitted;
+  std::vector<std::unique_ptr<agent::Prior>> old_priors;  // Kept alive: sessions point at the current one.
   const auto features = agent::ProblemFeaturesFor(trained->model.get(), problem, space);
   const int64_t planned = std::min<int64_t>(evaluator.budget().max_evals, options.Int("horizon"));
   const int walkers = static_cast<int>(std::max<int64_t>(1, options.Int("walkers")));
   std::vector<agent::Session> sessions;
-  for (int w = 0; w < walkers; ++w) sessions.emplace_back(space, prior, features, planned);
+  for (int w = 0; w < walkers; ++w) sessions.emplace_back(space, *prior, features, planned);
   double epsilon = options.Get("epsilon");
   const double decay = options.Get("decay");
 
@@ -80,6 +87,17 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         }
       }
     }
+    if (model) {
+      for (size_t i = 0; i < batch.size(); ++i) unfitted.emplace_back(space.Named(batch[i]), results[i]);
+      if (static_cast<int64_t>(unfitted.size()) >= refit) {
+        // The tuned problem's rows weigh like many: they are the only ones that are about it.
+        model->Update(problem, unfitted, options.Get("refit_weight"));
+        unfitted.clear();
+        old_priors.push_back(std::move(prior));
+        prior = std::make_unique<agent::Prior>(agent::PriorFromModel(model.get(), problem, space));
+        for (auto& s : sessions) s.Rebase(*prior);
+      }
+    }
     epsilon *= decay;
   }
 }
@@ -92,7 +110,9 @@ StrategyInfo PpoStrategy() {
           {{"walkers", "configs proposed per round (one per measuring worker)", 1},
            {"epsilon", "initial probability of a random allowed action", 0.0},
            {"decay", "factor on epsilon after each round", 0.9},
-           {"horizon", "measurements the agent plans for when the budget is larger", 100}},
+           {"horizon", "measurements the agent plans for when the budget is larger", 100},
+           {"refit", "refit the session's cost model after this many new measurements (0: never)", 8},
+           {"refit_weight", "weight of the tuned problem's rows in a refit", 10}},
           Run};
 }
 

@@ -86,6 +86,10 @@ class Session {
   // Records a measurement taken outside the session's own moves (another walker's), without moving.
   void Record(const Config& config, const Measurement& measurement);
 
+  // Replaces the prior (a cost model refitted with this session's measurements): residuals are
+  // taken afresh against it. `prior` must outlive the session.
+  void Rebase(const Prior& prior);
+
   // The config kJump would measure now, or nullopt when every config is measured.
   std::optional<Config> JumpTarget() const;
   // Believed log time of a config: the prior corrected by the residuals measured so far.
@@ -108,7 +112,7 @@ class Session {
   void FillDirection(const Config& target, double current_log, double* out) const;
 
   const Space& space_;
-  const Prior& prior_;
+  const Prior* prior_;
   std::vector<double> problem_features_;
   int64_t budget_;
   RewardConfig rewards_;
