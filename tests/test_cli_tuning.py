@@ -86,6 +86,7 @@ def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_
     assert result["copied"] >= 1 and result["statuses"] == {"ok": 6}
     assert result["best_config"]["BLOCK"] in (64, 256) and result["best_ms"] > 0
     assert all(h["n_regs"] > 0 for h in result["history"])
+    assert result["reference"]["name"] == "torch.softmax" and result["reference"]["ms"] > 0
     stored = _core.Store(str(db))
     assert stored.count() == 6
 
@@ -119,3 +120,14 @@ def test_sweep_appends_rows_the_table_reader_reads_and_resumes(capsys, tmp_path)
 
     code, out, _ = run(capsys, *args)
     assert code == 0 and "0 new rows" in out and len(_core.read_tables([str(out_file)])[0]) == 8
+
+
+def test_evaluate_in_the_interpreter_checks_and_times_the_config_against_torch(capsys):
+    config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
+    code, out, _ = run(capsys, "evaluate", "--kernel", "matmul", "--shape", "M=40,N=33,K=64", "--precision", "fp32",
+                       "--interpret", "--config", json.dumps(config), "--json")
+    result = json.loads(out)
+    assert code == 0 and result["valid"] and result["measured"] and result["correct"]
+    assert result["relerr"] < 1e-4 and result["ms"] > 0 and result["reference"]["name"] == "torch.matmul"
+    assert result["reference"]["ms"] > 0 and "not GPU times" in result["note"]
+    assert "tflops" not in result  # No fraction of a GPU's peak from a CPU's time.

@@ -298,6 +298,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     dtype = dtype_name(args.precision)
     gpu = _gpu_available()
     limits = _limits(gpu)
+    device = "cpu" if args.interpret else "cuda:0" if gpu else None
     with CompilePool(workers=1, timeout_s=args.timeout) as pool:
         report = pool.map([CompileRequest(kernel.name, config, shape, dtype, limits)])[0]
     flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
@@ -307,7 +308,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     result = {"kernel": kernel.name, "shape": shape, "precision": dtype, "config": config, "device": limits.name,
               "valid": report.valid, "reason": report.reason, "static": static, "flops": flops, "bytes": moved,
               "roofline_ms": roofline_ms(flops, moved, peak_tflops, peak_gbps), "measured": False}
-    if not gpu:
+    if device is None:
         result["note"] = (f"no GPU: static analysis for the {limits.name} only (no timing, no correctness check)")
     elif not report.valid:
         result["note"] = "not launched: static analysis refused the config"
@@ -315,17 +316,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from .measure import BuiltinJob, MeasurePool, MeasureSettings, time_framework
 
         settings = MeasureSettings(timeout_s=args.timeout)
-        with MeasurePool(BuiltinJob(kernel.name, shape, dtype), ["cuda:0"], settings) as measurer:
+        with MeasurePool(BuiltinJob(kernel.name, shape, dtype), [device], settings) as measurer:
             m, _ = measurer.measure([config])[0]
         result.update({"measured": True, "status": m["status"], "correct": m["status"] == "ok",
                        "relerr": m.get("relerr"), "error": m.get("error")})
         if m["status"] == "ok":
             result.update({"ms": m["ms"], "ms_p20": m["ms_p20"], "ms_p80": m["ms_p80"]})
-            result.update(throughput(flops, moved, m["ms"], peak_tflops, peak_gbps))
-            ref_ms = time_framework(kernel, shape, dtype, "cuda:0")
+            if not args.interpret:  # A CPU's times say nothing about the GPU's peaks.
+                result.update(throughput(flops, moved, m["ms"], peak_tflops, peak_gbps))
+            ref_ms = time_framework(kernel, shape, dtype, device, reps=settings.reps)
             result["reference"] = {"name": kernel.reference_name, "ms": ref_ms, "speedup": ref_ms / m["ms"]}
         else:
             result["valid"], result["reason"] = False, m.get("error") or m["status"]
+        if args.interpret:
+            result["note"] = INTERPRETER_NOTE
     if args.json:
         print(json.dumps(result, default=str))
     else:
@@ -343,13 +347,14 @@ def _print_evaluation(r: dict) -> None:
               f"limited by {s['limiter']}), compiled in {s['compile_s']:.2f} s")
     print(f"  valid: {'yes' if r['valid'] else 'no: ' + r['reason']}")
     if r.get("roofline_ms"):
-        print(f"  roofline: at the device's peaks this problem takes at least {r['roofline_ms']:.4f} ms")
+        print(f"  roofline: at the device's peaks this problem takes at least {r['roofline_ms']:.4g} ms")
     if r.get("ms") is not None:
         frac = r.get("fraction_of_peak")
-        print(f"  time {r['ms']:.4f} ms (p20 {r['ms_p20']:.4f}, p80 {r['ms_p80']:.4f}), {r['tflops']:.1f} TFLOP/s, "
-              f"{r['gbps']:.0f} GB/s" + (f", {frac:.0%} of peak ({r['bound']}-bound)" if frac is not None else ""))
+        rates = f", {r['tflops']:.1f} TFLOP/s, {r['gbps']:.0f} GB/s" if r.get("tflops") is not None else ""
+        print(f"  time {r['ms']:.4f} ms (p20 {r['ms_p20']:.4f}, p80 {r['ms_p80']:.4f}){rates}"
+              + (f", {frac:.0%} of peak ({r['bound']}-bound)" if frac is not None else ""))
         print(f"  correct: relative error {r['relerr']:.2e}; {r['reference']['name']}: "
-              f"{r['reference']['ms']:.4f} ms ({r['reference']['speedup']:.2f}x its speed)")
+              f"{r['reference']['ms']:.4f} ms (this config runs at {r['reference']['speedup']:.2f}x its speed)")
     elif r.get("measured"):
         print(f"  launch: {r['status']}: {r.get('error') or ''}")
     if r.get("note"):
@@ -414,11 +419,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
            "db": str(store.path)}
     if interpret:
         out["note"] = INTERPRETER_NOTE
-    elif result.best_config is not None:
-        limits = _limits(True)
-        out.update(throughput(kernel.flops(shape), kernel.bytes(shape, dtype), result.best_ms,
-                              limits.peak_tflops(dtype, kernel.tensor_cores), limits.peak_gbps))
-        ref_ms = time_framework(kernel, shape, dtype, "cuda:0")
+    if result.best_config is not None:
+        if not interpret:  # A CPU's times say nothing about the GPU's peaks.
+            limits = _limits(True)
+            out.update(throughput(kernel.flops(shape), kernel.bytes(shape, dtype), result.best_ms,
+                                  limits.peak_tflops(dtype, kernel.tensor_cores), limits.peak_gbps))
+        ref_ms = time_framework(kernel, shape, dtype, "cpu" if interpret else "cuda:0", reps=args.reps)
         out["reference"] = {"name": kernel.reference_name, "ms": ref_ms, "speedup": ref_ms / result.best_ms}
     if args.json:
         out["history"] = [{"config": c, **{k: v for k, v in m.items() if v is not None and v == v and v != -1
@@ -452,7 +458,7 @@ def _print_tuning(o: dict) -> None:
                   + (f", {frac:.0%} of peak ({o['bound']}-bound)" if frac is not None else ""))
         if o.get("reference"):
             print(f"  {o['reference']['name']}: {o['reference']['ms']:.4f} ms "
-                  f"({o['reference']['speedup']:.2f}x its speed)")
+                  f"(the tuned kernel runs at {o['reference']['speedup']:.2f}x its speed)")
     if o.get("note"):
         print(f"  note: {o['note']}")
     print(f"  every result is in {o['db']}")
@@ -549,6 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help='the config as JSON, e.g. \'{"BLOCK": 1024, "num_warps": 4, '
                    '"num_stages": 1}\'')
     p.add_argument("--timeout", type=float, default=300.0, help="seconds the compile may take (default 300)")
+    p.add_argument("--interpret", action="store_true",
+                   help="also run it in Triton's interpreter on the CPU (small shapes; not GPU times)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with 'valid' and 'reason')")
     p.set_defaults(func=cmd_evaluate)
 

@@ -229,7 +229,7 @@ class Optimized:
         from .analysis import H200, device_limits
         from .compile_pool import CompilePool, CompileRequest, function_reference
         from .kernels.base import Pointer, specialise
-        from .session import StaticStage
+        from .session import StaticStage, compile_workers
 
         if not self.static_checks:
             return None
@@ -258,7 +258,8 @@ class Optimized:
         def describe(config: dict) -> CompileRequest:
             return CompileRequest(kernel, dict(config), None, "", limits)
 
-        return StaticStage(CompilePool(timeout_s=self.compile_timeout), describe)
+        workers = compile_workers(len(visible_devices()))
+        return StaticStage(CompilePool(workers=workers, timeout_s=self.compile_timeout), describe)
 
     def _tune(self, nargs: dict, grid, key: tuple, device: str, cache_key: str) -> dict:
         from .session import run_session

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -196,7 +197,12 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     def step(batch: list[dict]) -> list[tuple[dict, float]]:
         reports: list[StaticReport | None] = [None] * len(batch)
         if static is not None and trusted[0]:
-            reports = static.reports_for(batch)
+            try:
+                reports = static.reports_for(batch)
+            except RuntimeError as error:  # The compile workers cannot start: measure without them.
+                trusted[0] = False
+                warnings.warn(f"{problem.get('family')}: static checks are off for this session ({error})",
+                              stacklevel=2)
         compile_s = [(r.compile_s or 0.0) if r is not None else 0.0 for r in reports]
         out: list[tuple[dict, float] | None] = [None] * len(batch)
         leaders: dict[Hashable, int] = {}  # Binary → position in the batch of the config measured for it.
@@ -320,6 +326,7 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
     devices = ["cpu"] if interpret else visible_devices()
     if devices == ["cpu"] and not interpret:
         raise RuntimeError("measuring needs a GPU and none is visible")
+    workers = workers or compile_workers(len(devices))
     if limits is None:
         limits = H200 if interpret else device_limits(0)
     problem = builtin_problem(kernel, shape, dtype, device_name(interpret))
@@ -335,6 +342,12 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
         stage.close()
         if own_pool:
             pool.close()
+
+
+def compile_workers(measuring: int) -> int:
+    """Compile processes by default: one per CPU core, less one per measuring process, whose
+    launches should not wait for a core."""
+    return max(1, (os.cpu_count() or 2) - measuring)
 
 
 def _settings():
