@@ -151,3 +151,14 @@ def test_urgent_requests_overtake_guesses_and_queued_guesses_can_be_dropped():
     assert order[:2] == [urgent, promoted]
     assert sorted(order[2:]) == slow[:2]
     assert not pool.cancel(slow[0])  # Answered requests cannot be cancelled.
+
+
+def test_workers_compile_even_when_the_caller_interprets(tmp_path, monkeypatch):
+    # Under TRITON_INTERPRET=1 triton.language's own @jit helpers are interpreter functions and no
+    # kernel that calls them compiles; workers must not inherit the setting.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    config = {"BLOCK": 512, "num_warps": 4, "num_stages": 1}
+    with CompilePool(workers=1, timeout_s=120) as pool:
+        report = pool.map([CompileRequest("softmax", config, {"rows": 8, "cols": 300}, "fp16")])[0]
+    assert report.valid, report.reason

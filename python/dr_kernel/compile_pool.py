@@ -169,6 +169,9 @@ class _Worker:
         parent, child = socket.socketpair()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        # Workers compile; they never interpret. Under TRITON_INTERPRET=1 triton.language's own
+        # @jit helpers are interpreter functions, and compiling a kernel that calls them fails.
+        env.pop("TRITON_INTERPRET", None)
         command = f"from dr_kernel.compile_pool import _child_entry; _child_entry({child.fileno()})"
         self.process = subprocess.Popen([sys.executable, "-c", command], pass_fds=(child.fileno(),), env=env,
                                         start_new_session=True)
