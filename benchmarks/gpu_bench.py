@@ -28,6 +28,7 @@ extension must be built in python/dr_kernel):
     PYTHONPATH=python python3 benchmarks/gpu_bench.py --out $OUT --problems matmul-4096,softmax-4096
     PYTHONPATH=python python3 benchmarks/gpu_bench.py --out $OUT --strategy ppo
     PYTHONPATH=python python3 benchmarks/gpu_bench.py --list
+    PYTHONPATH=python python3 benchmarks/gpu_bench.py --smoke --out /tmp/smoke   # CPU check, no GPU
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ PROBLEMS = {
 }
 LAUNCH = "launch-overhead"  # The launch microbenchmark, selectable like a problem.
 QUICK = ["matmul-4096", "softmax-4096", "attention-4x32x4096x64", LAUNCH]
+
+# --smoke runs the whole flow on the CPU in Triton's interpreter, on tiny problems and a tiny space:
+# its times mean nothing; it shows that the script runs before it costs GPU time.
+SMOKE_SHAPES = {"matmul": {"M": 40, "N": 33, "K": 64}, "softmax": {"rows": 3, "cols": 300},
+                "attention": {"Z": 1, "H": 2, "N_CTX": 64, "HEAD_DIM": 16, "CAUSAL": True}}
+SMOKE = {"on": False, "device": "cuda"}
 
 
 # ----- (b) the hand-picked lists triton.autotune gets ------------------------------------------------
@@ -96,14 +103,15 @@ def autotune_configs(family: str, shape: dict) -> list[dict]:
     raise ValueError(f"no hand-picked list for {family}")
 
 
-def autotuned_launcher(kernel, configs: list[dict]):
+def autotuned_launcher(kernel, configs: list[dict], do_bench=None):
     """Returns launch(inputs) for triton.autotune(configs) over the built-in kernel's function,
     with the grid each family's launcher computes from the config's block sizes."""
     import triton
+
     from dr_kernel.space import to_triton_config
 
     key = {"matmul": ["M", "N", "K"], "softmax": ["n_cols"], "attention": ["N_CTX", "HEAD_DIM"]}[kernel.family]
-    tuned = triton.autotune(configs=[to_triton_config(c) for c in configs], key=key)(kernel.fn)
+    tuned = triton.autotune(configs=[to_triton_config(c) for c in configs], key=key, do_bench=do_bench)(kernel.fn)
     cdiv = triton.cdiv
     if kernel.family == "matmul":
         def launch(i):
@@ -131,7 +139,25 @@ def bench_ms(fn, quick: bool) -> float:
     """Median ms of fn with Triton's do_bench (it clears the L2 before every launch)."""
     import triton
 
+    if SMOKE["on"]:
+        return cpu_bench(fn)
     return float(triton.testing.do_bench(fn, warmup=25, rep=50 if quick else 200, return_mode="median"))
+
+
+def cpu_bench(fn, reps: int = 2) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def synchronize() -> None:
+    import torch
+
+    if not SMOKE["on"]:
+        torch.cuda.synchronize()
 
 
 def relative_error(out, ref) -> float:
@@ -148,27 +174,34 @@ def use_cache(out: Path, *parts: str) -> None:
 def run_problem(name: str, args, store) -> dict:
     import torch
     import triton
+
     from dr_kernel import kernels
-    from dr_kernel.analysis import device_limits, throughput
+    from dr_kernel.analysis import H200, device_limits, throughput
     from dr_kernel.session import tune_builtin
+    from dr_kernel.space import make_space
 
     family, shape = PROBLEMS[name]
     kernel = kernels.get(family)
-    limits = device_limits(0)
+    smoke, device = SMOKE["on"], SMOKE["device"]
+    if smoke:
+        shape = SMOKE_SHAPES[family]
+    limits = H200 if smoke else device_limits(0)
     result = {"problem": name, "kernel": family, "shape": shape, "dtype": "fp16",
-              "device": torch.cuda.get_device_name(0), "triton": triton.__version__, "torch": torch.__version__}
+              "device": "cpu (Triton interpreter)" if smoke else torch.cuda.get_device_name(0),
+              "triton": triton.__version__, "torch": torch.__version__}
     evals = args.evals
 
     # (b) first, in this process, before anything here has launched the kernel: triton.autotune
     # tunes on the first call, compiling each config in turn.
     use_cache(args.out, name, "autotune")
     configs = autotune_configs(family, shape)
-    inputs = kernel.make_inputs(shape, "fp16", "cuda", seed=0)
-    tuned, launch = autotuned_launcher(kernel, configs)
-    torch.cuda.synchronize()
+    inputs = kernel.make_inputs(shape, "fp16", device, seed=0)
+    cpu_do_bench = (lambda fn, quantiles: [cpu_bench(fn, 1)] * len(quantiles)) if smoke else None
+    tuned, launch = autotuned_launcher(kernel, configs, cpu_do_bench)
+    synchronize()
     start = time.perf_counter()
     launch(inputs)
-    torch.cuda.synchronize()
+    synchronize()
     at_wall = time.perf_counter() - start
     at_best = dict(tuned.best_config.all_kwargs())
     result["autotune"] = {"configs": len(configs), "tuning_wall_s": at_wall, "best_config": at_best,
@@ -177,8 +210,10 @@ def run_problem(name: str, args, store) -> dict:
 
     # (a) the dr_kernel session, from a cold cache of its own, in its compile and measuring workers.
     use_cache(args.out, name, "dr_kernel")
+    space = make_space({k: v[:2] for k, v in kernel.space.items()}) if smoke else None
     session = tune_builtin(kernel, shape, "fp16", strategy=args.strategy, max_evals=evals, seed=args.seed,
-                           store=store, source="gpu_bench", options=parse_options(args.option))
+                           store=store, source="gpu_bench", options=parse_options(args.option),
+                           compile_timeout_s=args.compile_timeout, interpret=smoke, space=space)
     loads = [m["load_s"] for _, m, _ in session.history if m["status"] == "ok" and m["load_s"] == m["load_s"]]
     result["dr_kernel"] = {
         "strategy": args.strategy, "max_evals": evals, "evaluations": session.evaluations,
@@ -203,7 +238,7 @@ def run_problem(name: str, args, store) -> dict:
     if session.best_config is not None:
         best = session.best_config
         kernel.launch(inputs, best)
-        torch.cuda.synchronize()
+        synchronize()
         result["dr_kernel"]["relerr"] = relative_error(kernel.output(inputs), kernel.reference(inputs))
         timed["dr_kernel"] = bench_ms(lambda: kernel.launch(inputs, best), args.quick)
     result["torch"] = {"name": kernel.reference_name}
@@ -219,21 +254,23 @@ def run_launch_overhead(args, store) -> dict:
     time of many back-to-back calls is the launch path's own cost on the CPU."""
     import torch
     import triton
+
     from dr_kernel import optimize
     from dr_kernel.kernels.softmax import softmax_kernel
     from dr_kernel.space import to_triton_config
 
     use_cache(args.out, LAUNCH)
-    calls = 2000 if args.quick else 20000
-    x = torch.randn((4, 256), device="cuda", dtype=torch.float16)
+    calls = 20 if SMOKE["on"] else 2000 if args.quick else 20000
+    x = torch.randn((4, 256), device=SMOKE["device"], dtype=torch.float16)
     y = torch.empty_like(x)
     space = {"BLOCK": [256], "num_warps": [1, 2], "num_stages": [1]}
     opt = optimize(max_evals=2, key=["n_cols"], space=space, strategy="exhaustive",
                    db=str(args.out / "results.db"))(softmax_kernel)
     opt[(4,)](x, y, 256, 256)  # Tunes (two configs) and stores the winner.
     winner = dict(opt.cache[next(iter(opt.cache))])
+    do_bench = (lambda fn, quantiles: [cpu_bench(fn, 1)] * len(quantiles)) if SMOKE["on"] else None
     tuned = triton.autotune(configs=[to_triton_config({"BLOCK": 256, "num_warps": w, "num_stages": 1})
-                                     for w in (1, 2)], key=["n_cols"])(softmax_kernel)
+                                     for w in (1, 2)], key=["n_cols"], do_bench=do_bench)(softmax_kernel)
     # A fresh wrapper over the same store: its first call reads the stored winner (no tuning).
     again = optimize(max_evals=2, key=["n_cols"], space=space, strategy="exhaustive",
                      db=str(args.out / "results.db"))(softmax_kernel)
@@ -245,15 +282,15 @@ def run_launch_overhead(args, store) -> dict:
     }
     result = {"problem": LAUNCH, "calls": calls, "winner": winner, "us_per_call": {}}
     for name, call in paths.items():
-        for _ in range(100):  # Compile, tune or look up the winner, and warm the path.
+        for _ in range(2 if SMOKE["on"] else 100):  # Compile, tune or find the winner; warm the path.
             call()
-        torch.cuda.synchronize()
+        synchronize()
         best = math.inf
         for _ in range(3):  # Best of three, to stay clear of one-off interruptions.
             start = time.perf_counter()
             for _ in range(calls):
                 call()
-            torch.cuda.synchronize()
+            synchronize()
             best = min(best, (time.perf_counter() - start) / calls * 1e6)
         result["us_per_call"][name] = best
         print(f"  {name}: {best:.2f} µs per call", flush=True)
@@ -292,11 +329,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="a strategy option")
     p.add_argument("--evals", type=int, default=None, help="dr_kernel's evaluations per problem (default 50; 20 quick)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile-timeout", type=float, default=30.0,
+                   help="seconds one dr_kernel compile may take (default 30; the largest matmul tiles make "
+                        "ptxas spill for minutes, and a tuner cannot wait for them)")
     p.add_argument("--quick", action="store_true",
                    help="fewer problems (unless --problems), 20 evaluations, shorter timing")
     p.add_argument("--deadline", type=float, default=540.0,
                    help="start no new problem after this many seconds (default 540: fits a 10-minute call)")
     p.add_argument("--list", action="store_true", help="list the problems and exit")
+    p.add_argument("--smoke", action="store_true",
+                   help="run the flow on the CPU in Triton's interpreter (tiny problems, meaningless times), "
+                        "to check the script before spending GPU time")
     return p
 
 
@@ -340,12 +383,17 @@ def main(argv=None) -> int:
     if args.out is None:
         print("gpu_bench: give --out FOLDER for the results", file=sys.stderr)
         return 2
+    if args.smoke:
+        # Before anything imports the kernels: triton.jit decides at decoration time.
+        os.environ["TRITON_INTERPRET"] = "1"
+        SMOKE.update(on=True, device="cpu")
     import torch
 
-    if not torch.cuda.is_available():
-        print("gpu_bench: no CUDA GPU is visible; this benchmark times kernels on a GPU", file=sys.stderr)
+    if not args.smoke and not torch.cuda.is_available():
+        print("gpu_bench: no CUDA GPU is visible; this benchmark times kernels on a GPU "
+              "(--smoke runs its flow on the CPU)", file=sys.stderr)
         return 2
-    args.evals = args.evals or (20 if args.quick else 50)
+    args.evals = args.evals or (3 if args.smoke else 20 if args.quick else 50)
     args.out.mkdir(parents=True, exist_ok=True)
     from dr_kernel.store import open_store
 

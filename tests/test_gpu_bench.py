@@ -100,3 +100,20 @@ def test_the_triton_autotune_launchers_pass_each_kernel_its_arguments():
     assert out.returncode == 0, out.stderr[-2000:]
     errors = {k: v for line in out.stdout.splitlines() for k, v in json.loads(line).items()}
     assert set(errors) == {"matmul", "softmax", "attention"} and all(e < 1e-4 for e in errors.values()), errors
+
+
+def test_smoke_runs_the_whole_flow_on_the_cpu_writes_results_and_resumes(tmp_path):
+    problems = "matmul-4096x4095x4096,launch-overhead"
+    first = run("--smoke", "--out", str(tmp_path), "--problems", problems)
+    assert first.returncode == 0, first.stderr[-3000:]
+    result = json.loads((tmp_path / "matmul-4096x4095x4096.json").read_text())
+    dr = result["dr_kernel"]
+    assert dr["evaluations"] == 3 and dr["statuses"].get("ok", 0) >= 1 and dr["relerr"] < 2e-2
+    assert result["autotune"]["configs"] == 8 and result["autotune"]["relerr"] < 2e-2
+    assert all(result[k]["ms"] > 0 for k in ("dr_kernel", "autotune", "torch"))
+    launch = json.loads((tmp_path / "launch-overhead.json").read_text())
+    assert set(launch["us_per_call"]) == {"bare", "triton.autotune", "@optimize"}
+    assert launch["optimize_evaluations_on_reuse"] == 0  # The stored winner, not a second tuning.
+    assert "matmul-4096x4095x4096" in first.stdout and "launch overhead" in first.stdout
+    again = run("--smoke", "--out", str(tmp_path), "--problems", problems)
+    assert again.returncode == 0 and again.stdout.count("done before, skipped") == 2
