@@ -38,6 +38,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -368,8 +369,15 @@ def summary(out: Path) -> str:
     return "\n".join(text)
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # `timeout` stops a run with SIGTERM: unwind as for Ctrl-C, so that the compile and measuring
+    # workers are stopped; finished problems are already in their files.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         problems = parse_problems(args.problems, args.quick)
     except ValueError as e:

@@ -6,7 +6,9 @@ import argparse
 import json
 import math
 import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -596,10 +598,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # `timeout` and job schedulers stop a run with SIGTERM: unwind as for Ctrl-C, so that the
+        # worker processes (and the ptxas they run) are stopped and the rows written are kept.
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print(f"dr-kernel {args.command}: interrupted; every result measured so far is in the store", file=sys.stderr)
+        return 130
     except UsageError as e:
         print(f"dr-kernel {args.command}: {e}", file=sys.stderr)
         return 2
