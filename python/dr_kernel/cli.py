@@ -300,6 +300,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     dtype = dtype_name(args.precision)
     gpu = _gpu_available()
     limits = _limits(gpu)
+    # The device as this process names it; measuring workers name GPUs by their visible ids.
     device = "cpu" if args.interpret else "cuda:0" if gpu else None
     with CompilePool(workers=1, timeout_s=args.timeout) as pool:
         report = pool.map([CompileRequest(kernel.name, config, shape, dtype, limits)])[0]
@@ -318,7 +319,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         from .measure import BuiltinJob, MeasurePool, MeasureSettings, time_framework
 
         settings = MeasureSettings(timeout_s=args.timeout)
-        with MeasurePool(BuiltinJob(kernel.name, shape, dtype), [device], settings) as measurer:
+        from .measure import visible_devices
+
+        worker_device = "cpu" if args.interpret else visible_devices()[0]
+        with MeasurePool(BuiltinJob(kernel.name, shape, dtype), [worker_device], settings) as measurer:
             m, _ = measurer.measure([config])[0]
         result.update({"measured": True, "status": m["status"], "correct": m["status"] == "ok",
                        "relerr": m.get("relerr"), "error": m.get("error")})
