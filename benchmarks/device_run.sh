@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One call on the lent H200 (see docs/gpu-notes.md): build the C++ module in place, then run the
+# steps named on the command line, each under its own time limit, and pack everything measured
+# into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
+#
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, sweeps-a, sweeps-b
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH=python
+work=/tmp/dr_kernel_run
+mkdir -p "$work/sweeps"
+pack() { tar czf "$OUT/results.tgz" -C "$work" . 2>/dev/null; }
+trap pack EXIT
+start=$(date +%s)
+elapsed() { echo $(( $(date +%s) - start )); }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$work/gpu.txt" 2>&1
+scripts/device_build .device/prefix > "$work/build.log" 2>&1 || { echo "build failed"; tail -20 "$work/build.log"; exit 1; }
+export LD_LIBRARY_PATH=$PWD/.device/prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+echo "built in $(elapsed) s"
+
+sweep() {  # name kernel shape precision limit_s [space JSON]
+  local name=$1 kernel=$2 shape=$3 precision=$4 limit=$5 space=${6:-}
+  timeout "$limit" python3 -m dr_kernel.cli sweep --kernel "$kernel" --shape "$shape" --precision "$precision" \
+    --out "$work/sweeps/$name.jsonl" --timeout 40 --db "$work/sweeps.db" ${space:+--space "$space"} \
+    >> "$work/sweeps/$name.log" 2>&1
+  echo "sweep $name: rc $? after $(elapsed) s, $(grep -c '"measure"' "$work/sweeps/$name.jsonl" 2>/dev/null) rows"
+}
+# Matmul as the recorded tables other than 4096^3 have it: without the BLOCK_M = BLOCK_N = 256
+# corner, whose compiles run ptxas for minutes. Two sweeps into one file cover the rest.
+mm_a='{"BLOCK_M":[16,32,64,128],"BLOCK_N":[32,64,128,256],"BLOCK_K":[32,64,128],"GROUP_M":[1,8],"num_warps":[2,4,8],"num_stages":[2,3,4,5]}'
+mm_b='{"BLOCK_M":[256],"BLOCK_N":[32,64,128],"BLOCK_K":[32,64,128],"GROUP_M":[1,8],"num_warps":[2,4,8],"num_stages":[2,3,4,5]}'
+matmul_sweep() {  # name shape precision limit_s
+  sweep "$1" matmul "$2" "$3" "$4" "$mm_a"
+  sweep "$1" matmul "$2" "$3" 60 "$mm_b"
+}
+
+for step in "$@"; do
+  case $step in
+    bench)
+      timeout 330 python3 benchmarks/gpu_bench.py --out "$work/bench" --strategy ppo --deadline 300 \
+        > "$work/bench.log" 2>&1
+      echo "bench: rc $? after $(elapsed) s"; tail -25 "$work/bench.log" ;;
+    sweeps-a)
+      sweep softmax_8192x1024_fp16 softmax rows=8192,cols=1024 fp16 60
+      sweep softmax_2048x16384_fp16 softmax rows=2048,cols=16384 fp16 60
+      sweep softmax_4096x4096_bf16 softmax rows=4096,cols=4096 bf16 60
+      sweep rmsnorm_4096x4096_fp16 rmsnorm rows=4096,cols=4096 fp16 60
+      sweep rmsnorm_16384x8192_bf16 rmsnorm rows=16384,cols=8192 bf16 60 ;;
+    sweeps-b)
+      sweep attention_2x16x2048x128_causal_fp16 attention Z=2,H=16,N_CTX=2048,HEAD_DIM=128,CAUSAL=true fp16 90
+      sweep attention_1x32x16384x64_fp16 attention Z=1,H=32,N_CTX=16384,HEAD_DIM=64,CAUSAL=false fp16 90
+      matmul_sweep matmul_64x4095x8192_fp16 M=64,N=4095,K=8192 fp16 150
+      matmul_sweep matmul_4096x4096x4096_bf16 M=4096,N=4096,K=4096 bf16 150
+      matmul_sweep matmul_2048x1000x16384_fp16 M=2048,N=1000,K=16384 fp16 150 ;;
+  esac
+done
+echo "done after $(elapsed) s"
