@@ -284,6 +284,13 @@ def _limits(gpu: bool):
     return device_limits(0) if gpu else H200
 
 
+def _warn_if_large(kernel, shape: dict, interpret: bool) -> None:
+    # The interpreter runs a kernel as NumPy on the CPU, program by program: slow beyond toy sizes.
+    if interpret and kernel.flops(shape) > 1e7:
+        print(f"note: {kernel.name} {shape} has {kernel.flops(shape):.2g} FLOPs, a lot for Triton's interpreter; "
+              "give a small --shape to finish in seconds", file=sys.stderr)
+
+
 NO_GPU = ("measuring needs a GPU and none is visible; add --interpret to run the whole flow in Triton's "
           "interpreter on the CPU (small shapes only: its times order configs for testing, they are not GPU times)")
 INTERPRETER_NOTE = "interpreter times (CPU): they order configs for testing; they are not GPU times"
@@ -302,6 +309,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     limits = _limits(gpu)
     # The device as this process names it; measuring workers name GPUs by their visible ids.
     device = "cpu" if args.interpret else "cuda:0" if gpu else None
+    _warn_if_large(kernel, shape, args.interpret)
     with CompilePool(workers=1, timeout_s=args.timeout) as pool:
         report = pool.map([CompileRequest(kernel.name, config, shape, dtype, limits)])[0]
     flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
@@ -387,6 +395,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     gpu = _gpu_available()
     if not gpu and not args.interpret:
         raise UsageError(NO_GPU)
+    _warn_if_large(kernel, shape, args.interpret)
     interpret = args.interpret
     if space is None:
         from .space import make_space
@@ -484,6 +493,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("--limit must be at least 1")
     if not _gpu_available() and not args.interpret:
         raise UsageError(NO_GPU)
+    _warn_if_large(kernel, shape, args.interpret)
     configs = None
     if space is not None:
         configs = [c for c in space.configs(space.product_size)]
