@@ -9,14 +9,13 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=python
 work=/tmp/dr_kernel_run
 mkdir -p "$work/sweeps"
-pack() { tar czf "$OUT/results.tgz" -C "$work" . 2>/dev/null; }
+pack() { tar czf "$OUT/results.tgz" --exclude='cache' --exclude='*triton*' -C "$work" . 2>/dev/null; }
 trap pack EXIT
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$work/gpu.txt" 2>&1
 scripts/device_build .device/prefix > "$work/build.log" 2>&1 || { echo "build failed"; tail -20 "$work/build.log"; exit 1; }
-export LD_LIBRARY_PATH=$PWD/.device/prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 echo "built in $(elapsed) s"
 
 sweep() {  # name kernel shape precision limit_s [space JSON]
@@ -38,7 +37,7 @@ matmul_sweep() {  # name shape precision limit_s
 for step in "$@"; do
   case $step in
     bench)
-      timeout 330 python3 benchmarks/gpu_bench.py --out "$work/bench" --strategy ppo --deadline 300 \
+      timeout 330 python3 benchmarks/gpu_bench.py --out "$work/bench" --cache /tmp/dr_kernel_caches --strategy ppo --deadline 300 \
         > "$work/bench.log" 2>&1
       echo "bench: rc $? after $(elapsed) s"; tail -25 "$work/bench.log" ;;
     sweeps-a)
