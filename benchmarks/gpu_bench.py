@@ -38,8 +38,10 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -165,9 +167,11 @@ def relative_error(out, ref) -> float:
     return float((out.float() - ref.float()).norm() / ref.float().norm())
 
 
-def use_cache(out: Path, *parts: str) -> None:
-    """Points Triton (and the worker processes started after this) at an empty cache of its own."""
-    folder = out.joinpath("triton-cache", *parts)
+def use_cache(root: Path, *parts: str) -> None:
+    """Points Triton (and the worker processes started after this) at an empty cache of its own,
+    emptied first, so that a problem run again after an interruption also starts cold."""
+    folder = root.joinpath(*parts)
+    shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     os.environ["TRITON_CACHE_DIR"] = str(folder)
 
@@ -194,7 +198,7 @@ def run_problem(name: str, args, store) -> dict:
 
     # (b) first, in this process, before anything here has launched the kernel: triton.autotune
     # tunes on the first call, compiling each config in turn.
-    use_cache(args.out, name, "autotune")
+    use_cache(args.cache, name, "autotune")
     configs = autotune_configs(family, shape)
     inputs = kernel.make_inputs(shape, "fp16", device, seed=0)
     cpu_do_bench = (lambda fn, quantiles: [cpu_bench(fn, 1)] * len(quantiles)) if smoke else None
@@ -210,7 +214,7 @@ def run_problem(name: str, args, store) -> dict:
     print(f"  triton.autotune: {len(configs)} configs in {at_wall:.1f} s", flush=True)
 
     # (a) the dr_kernel session, from a cold cache of its own, in its compile and measuring workers.
-    use_cache(args.out, name, "dr_kernel")
+    use_cache(args.cache, name, "dr_kernel")
     space = make_space({k: v[:2] for k, v in kernel.space.items()}) if smoke else None
     session = tune_builtin(kernel, shape, "fp16", strategy=args.strategy, max_evals=evals, seed=args.seed,
                            store=store, source="gpu_bench", options=parse_options(args.option),
@@ -260,7 +264,7 @@ def run_launch_overhead(args, store) -> dict:
     from dr_kernel.kernels.softmax import softmax_kernel
     from dr_kernel.space import to_triton_config
 
-    use_cache(args.out, LAUNCH)
+    use_cache(args.cache, LAUNCH)
     calls = 20 if SMOKE["on"] else 2000 if args.quick else 20000
     x = torch.randn((4, 256), device=SMOKE["device"], dtype=torch.float16)
     y = torch.empty_like(x)
@@ -337,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fewer problems (unless --problems), 20 evaluations, shorter timing")
     p.add_argument("--deadline", type=float, default=540.0,
                    help="start no new problem after this many seconds (default 540: fits a 10-minute call)")
+    p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "gpu_bench_triton_cache",
+                   help="folder for the tuners' Triton caches, kept out of --out (default: in the temp folder)")
     p.add_argument("--list", action="store_true", help="list the problems and exit")
     p.add_argument("--smoke", action="store_true",
                    help="run the flow on the CPU in Triton's interpreter (tiny problems, meaningless times), "

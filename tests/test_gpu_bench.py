@@ -104,8 +104,14 @@ def test_the_triton_autotune_launchers_pass_each_kernel_its_arguments():
 
 def test_smoke_runs_the_whole_flow_on_the_cpu_writes_results_and_resumes(tmp_path):
     problems = "matmul-4096x4095x4096,launch-overhead"
-    first = run("--smoke", "--out", str(tmp_path), "--problems", problems)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    first = run("--smoke", "--out", str(out), "--cache", str(cache), "--problems", problems)
     assert first.returncode == 0, first.stderr[-3000:]
+    # The Triton caches stay out of the results folder, which the GPU machine sends back.
+    assert sorted(p.name for p in out.iterdir()) == ["launch-overhead.json", "matmul-4096x4095x4096.json",
+                                                     "results.db"]
+    assert any(cache.rglob("*.json"))
+    tmp_path = out
     result = json.loads((tmp_path / "matmul-4096x4095x4096.json").read_text())
     dr = result["dr_kernel"]
     assert dr["evaluations"] == 3 and dr["statuses"].get("ok", 0) >= 1 and dr["relerr"] < 2e-2
@@ -115,5 +121,5 @@ def test_smoke_runs_the_whole_flow_on_the_cpu_writes_results_and_resumes(tmp_pat
     assert set(launch["us_per_call"]) == {"bare", "triton.autotune", "@optimize"}
     assert launch["optimize_evaluations_on_reuse"] == 0  # The stored winner, not a second tuning.
     assert "matmul-4096x4095x4096" in first.stdout and "launch overhead" in first.stdout
-    again = run("--smoke", "--out", str(tmp_path), "--problems", problems)
+    again = run("--smoke", "--out", str(out), "--cache", str(cache), "--problems", problems)
     assert again.returncode == 0 and again.stdout.count("done before, skipped") == 2
