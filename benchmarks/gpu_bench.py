@@ -330,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="folder for the result files (created; reused to resume)")
     p.add_argument("--problems", help="comma-separated problem names (default: all; see --list)")
-    p.add_argument("--strategy", default="anneal", help="dr_kernel's strategy (default anneal)")
+    p.add_argument("--strategy", default="ppo", help="dr_kernel's strategy (default ppo)")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="a strategy option")
     p.add_argument("--evals", type=int, default=None, help="dr_kernel's evaluations per problem (default 50; 20 quick)")
     p.add_argument("--seed", type=int, default=0)

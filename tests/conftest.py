@@ -15,6 +15,19 @@ def table_paths():
 
 
 @pytest.fixture(scope="session")
+def recorded_paths(table_paths):
+    """The three tables recorded before the project started (8 problems), whose figures tests pin."""
+    return [p for p in table_paths if p.name in ("matmul.jsonl", "softmax.jsonl", "attention.jsonl")]
+
+
+@pytest.fixture(scope="session")
+def recorded_tables(recorded_paths):
+    from dr_kernel import _core
+
+    return _core.read_tables([str(p) for p in recorded_paths])
+
+
+@pytest.fixture(scope="session")
 def tables(table_paths):
     from dr_kernel import _core
 

@@ -7,7 +7,8 @@ import sys
 from dr_kernel import MODEL_FILE, POLICY_FILE, _core
 
 
-def test_the_package_ships_a_trained_agent_and_ppo_uses_it(tables):
+def test_the_package_ships_a_trained_agent_and_ppo_uses_it(recorded_tables):
+    tables = recorded_tables
     assert POLICY_FILE.exists() and MODEL_FILE.exists()
     assert _core.has_agent()
     # On a bundled problem (the shipped agent has seen its table) the greedy agent must be within
@@ -21,14 +22,14 @@ def test_the_package_ships_a_trained_agent_and_ppo_uses_it(tables):
     assert ppo_total * 3 < random_total
 
 
-def test_train_writes_an_agent_that_loads(tmp_path):
+def test_train_writes_an_agent_that_loads(tmp_path, tables):
     out = subprocess.run(
         [sys.executable, "-m", "dr_kernel.cli", "train", "--ppo-steps", "2048", "--bc-episodes", "20",
          "--synthetic", "2", "--out", str(tmp_path), "--json"],
         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report["ppo_steps"] >= 2048 and report["demonstrations"] > 0 and report["table_tasks"] == 8
+    assert report["ppo_steps"] >= 2048 and report["demonstrations"] > 0 and report["table_tasks"] == len(tables)
     load = subprocess.run(
         [sys.executable, "-c", f"from dr_kernel import _core; _core.load_agent({str(tmp_path / 'policy.bin')!r}, "
                                f"{str(tmp_path / 'cost_model.bin')!r}); print(_core.has_agent())"],

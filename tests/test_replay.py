@@ -72,8 +72,9 @@ def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "dr_kernel.cli", *args], capture_output=True, text=True)
 
 
-def test_replay_json_has_the_published_schema_and_is_deterministic(table_paths):
-    args = ["replay", "--strategy", "anneal", "--budget", "60", "--repeats", "5", "--seed", "7", "--json"]
+def test_replay_json_has_the_published_schema_and_is_deterministic(recorded_paths):
+    args = ["replay", "--data", *map(str, recorded_paths), "--strategy", "anneal", "--budget", "60", "--repeats", "5",
+            "--seed", "7", "--json"]
     out = run_cli(*args)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)

@@ -578,7 +578,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="tune a built-in kernel on one problem (GPU, or --interpret on the CPU)")
     _kernel_arguments(p)
-    p.add_argument("--strategy", default="anneal", help="the search strategy (default anneal)")
+    p.add_argument("--strategy", default="ppo", help="the search strategy (default ppo, the pre-trained agent)")
     p.add_argument("--budget", type=int, default=100, help="evaluations (default 100)")
     p.add_argument("--seconds", type=float, default=math.inf,
                    help="tuning seconds, counted as compile + measuring seconds per config (default: no limit)")

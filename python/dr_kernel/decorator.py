@@ -354,7 +354,7 @@ def _device_name(nargs: dict) -> str:
 
 
 def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | None = None,
-             configs: Sequence | None = None, constraints: Sequence[str] = (), strategy: str = "anneal",
+             configs: Sequence | None = None, constraints: Sequence[str] = (), strategy: str = "ppo",
              max_seconds: float = math.inf, seed: int = 0, reset_to_zero: Sequence[str] | None = None,
              restore_value: Sequence[str] | None = None, reference: Callable | None = None,
              outputs: Sequence[str] | None = None, db: str | None = None,

@@ -162,7 +162,7 @@ class SessionResult:
 
 
 def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: StaticStage | None = None,
-                strategy: str = "anneal", max_evals: int = 100, max_seconds: float = math.inf, seed: int = 0,
+                strategy: str = "ppo", max_evals: int = 100, max_seconds: float = math.inf, seed: int = 0,
                 options: Mapping[str, float] | None = None, store=None, source: str = "tune",
                 on_trial: Callable[[dict, dict, float], None] | None = None, trust_compile_errors: bool = True,
                 launch_key: Callable[[dict], Hashable] | None = None, prefetch: bool | None = None
@@ -306,7 +306,7 @@ def device_name(interpret: bool) -> str:
     return torch.cuda.get_device_name(0)
 
 
-def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strategy: str = "anneal",
+def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strategy: str = "ppo",
                  max_evals: int = 100, max_seconds: float = math.inf, seed: int = 0,
                  options: Mapping[str, float] | None = None, interpret: bool = False, store=None,
                  source: str = "tune", workers: int | None = None, compile_timeout_s: float = 120.0,
