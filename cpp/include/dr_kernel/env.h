@@ -50,6 +50,11 @@ struct ReplayCost {
   double overhead_s = 0.01;  // Fixed cost of setting up one measurement.
 };
 
+// Tuning seconds one evaluation costs: its compile seconds, plus for a config that ran its load and
+// the timed launches (an ok one) with their L2 flushes; a compile timeout costs the deadline.
+// Unknown (NaN) compile or load seconds count as zero.
+double TuningCost(const Measurement& m, const ReplayCost& cost);
+
 // Replays a recorded table: every config asked for is one evaluation whatever its status, its cost
 // is the recorded compile_s plus a measuring cost, and a config absent from the table is invalid.
 // The space is the product of the values the table holds for each parameter, in ascending order.

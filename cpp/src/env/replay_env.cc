@@ -51,16 +51,19 @@ const Measurement* ReplayEnv::Lookup(const Config& config) const {
   return it == rows_.end() ? nullptr : it->second;
 }
 
-double ReplayEnv::Cost(const Measurement& m) const {
+double TuningCost(const Measurement& m, const ReplayCost& cost) {
   auto known = [](double v) { return std::isnan(v) ? 0.0 : v; };
-  if (m.status == Status::kCompileTimeout) return cost_.timeout_s;
+  if (m.status == Status::kInvalid) return 0;
+  if (m.status == Status::kCompileTimeout) return cost.timeout_s;
   double seconds = known(m.compile_s);
   if (m.status == Status::kOk || m.status == Status::kWrong) {
-    seconds += known(m.load_s) + cost_.overhead_s;
-    if (m.ok()) seconds += cost_.launches * (m.ms + cost_.flush_ms) / 1000.0;
+    seconds += known(m.load_s) + cost.overhead_s;
+    if (m.ok()) seconds += cost.launches * (m.ms + cost.flush_ms) / 1000.0;
   }
   return seconds;
 }
+
+double ReplayEnv::Cost(const Measurement& m) const { return TuningCost(m, cost_); }
 
 std::vector<Evaluation> ReplayEnv::Step(const std::vector<Config>& configs) {
   std::vector<Evaluation> out;

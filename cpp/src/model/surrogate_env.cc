@@ -136,13 +136,11 @@ std::optional<Measurement> SurrogateEnv::Observe(const Config& config) const {
 }
 
 double SurrogateEnv::Cost(const Measurement& m) const {
-  if (m.status == Status::kInvalid) return 0;
-  if (m.status == Status::kCompileTimeout) return options_.timeout_s;
-  double seconds = options_.compile_s;
-  if (m.ok())
-    seconds +=
-        options_.load_s + options_.overhead_s + options_.launches * (m.ms + options_.flush_ms) / 1000.0;
-  return seconds;
+  // A simulated config has no recorded compile or load time: charge the typical ones.
+  Measurement charged = m;
+  charged.compile_s = options_.compile_s;
+  charged.load_s = options_.load_s;
+  return TuningCost(charged, ReplayCost{options_.timeout_s, options_.launches, options_.flush_ms, options_.overhead_s});
 }
 
 }  // namespace dr_kernel
