@@ -11,7 +11,6 @@ one module each beside it.
 from __future__ import annotations
 
 import inspect
-import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -187,19 +186,20 @@ class BuiltinKernel:
                              f"give exactly the parameters {', '.join(self.space)}.")
         return dict(config)
 
+    def search_space(self):
+        """The space as the engine's Space (constraints compiled once, in C++)."""
+        from ..space import make_space
+
+        return make_space(self.space, constraints=self.constraints)
+
     def satisfies(self, config: Mapping[str, Any]) -> bool:
         """Returns whether a configuration meets every constraint of the space."""
-        names = dict(config)
-        return all(eval(c, {"__builtins__": {}}, names) for c in self.constraints)  # noqa: S307
+        return self.search_space().is_valid(dict(config))
 
     def configs(self) -> Iterator[Config]:
         """Yields every configuration of the space that meets the constraints, in the order of the
         space's value lists (the last parameter varies fastest)."""
-        names = list(self.space)
-        for values in itertools.product(*(self.space[n] for n in names)):
-            config = dict(zip(names, values, strict=True))
-            if self.satisfies(config):
-                yield config
+        yield from self.search_space().configs()
 
     # ----- problems ------------------------------------------------------------------------------
 
