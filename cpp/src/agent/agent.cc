@@ -30,6 +30,31 @@ std::shared_ptr<const Agent> DefaultAgent() {
   return default_agent;
 }
 
+namespace {
+
+// The hardware estimates of every config of the space, from the model's family knowledge.
+void FillEstimates(const CostModel& model, const Problem& problem, const Space& space, Prior* prior) {
+  const DeviceDescription& device = model.features().device();
+  prior->estimates.assign(space.product_size(), ConfigEstimate{});
+  space.ForEach([&](const Config& c) {
+    const NamedValues named = space.Named(c);
+    const KernelEstimate e = model.features().Estimate(problem, named);
+    if (!e.known) return true;
+    ConfigEstimate& out = prior->estimates[space.Index(c)];
+    out.known = true;
+    out.waves = e.programs / device.sm_count;
+    const double full = std::ceil(out.waves) * device.sm_count;
+    out.tail_efficiency = full > 0 ? e.programs / full : 0;
+    out.tile_intensity = e.tile_bytes > 0 ? e.tile_flops / e.tile_bytes : 0;
+    out.regs = std::min<double>(e.regs_per_thread, device.max_regs_per_thread);
+    out.smem = e.smem_bytes;
+    if (const Value* w = Find(named, "num_warps")) out.num_warps = ToDouble(*w);
+    return true;
+  });
+}
+
+}  // namespace
+
 Prior PriorFromModel(const CostModel* model, const Problem& problem, const Space& space) {
   if (space.product_size() > (uint64_t{1} << 22))
     throw SpaceError("the ppo strategy keeps a prediction per configuration, and this space has " +
@@ -49,6 +74,7 @@ Prior PriorFromModel(const CostModel* model, const Problem& problem, const Space
       prior.p_fail[i] = p.p_fail;
       return true;
     });
+    FillEstimates(*model, problem, space, &prior);
   }
   prior.Rank(space);
   return prior;
@@ -151,6 +177,7 @@ Agent TrainAgent(const std::vector<ProblemTable>& tables, const TrainOptions& op
         return true;
       });
       if (!std::isfinite(task.oracle_ms)) continue;
+      FillEstimates(*agent.model, problem, *space, &prior);
       prior.Rank(*space);
       task.prior = std::make_shared<Prior>(std::move(prior));
       task.problem_features = ProblemFeaturesFor(agent.model.get(), problem, *space);

@@ -123,7 +123,7 @@ void Session::Observe(const Config& config, const Measurement& m) {
   const uint64_t index = space_.Index(config);
   const bool ok = m.ok();
   const double log_ms = ok ? std::log(m.ms) : kInf;
-  measured_[index] = {ok, log_ms};
+  measured_[index] = {ok, log_ms, m.n_regs, m.n_spills, m.shared};
   jump_known_ = false;
   if (ok) {
     const double r = log_ms - prior_->log_ms[index];
@@ -246,9 +246,20 @@ std::vector<double> Session::Observation() const {
   obs[9] = any_ok ? 1 : 0;
   for (int i = 0; i < kProblemFeatures; ++i) obs[kGlobalFeatures + i] = problem_features_[i];
   if (!has_position_) return obs;
+  const uint64_t here = space_.Index(position_);
+  ConfigEstimate estimate = prior_->estimates.empty() ? ConfigEstimate{} : prior_->estimates[here];
+  if (const auto it = measured_.find(here); it != measured_.end() && it->second.n_regs >= 0) {
+    // The compiled kernel's own figures replace the estimate.
+    estimate.known = true;
+    estimate.regs = it->second.n_regs;
+    estimate.spills = std::max(0, it->second.n_spills);
+    if (it->second.shared >= 0) estimate.smem = static_cast<double>(it->second.shared);
+  }
+  const auto config_features = ConfigFeatures(estimate);
+  std::copy(config_features.begin(), config_features.end(), obs.begin() + kGlobalFeatures + kProblemFeatures);
   const auto encoded = space_.Encode(position_);
   for (size_t p = 0; p < space_.num_params(); ++p) {
-    double* slot = &obs[kGlobalFeatures + kProblemFeatures + p * kSlotFeatures];
+    double* slot = &obs[kGlobalFeatures + kProblemFeatures + kConfigFeatures + p * kSlotFeatures];
     slot[0] = 1;
     slot[1] = encoded[p];
     for (int dir = 0; dir < 2; ++dir) {
@@ -257,6 +268,28 @@ std::vector<double> Session::Observation() const {
     }
   }
   return obs;
+}
+
+std::vector<double> ConfigFeatures(const ConfigEstimate& e) {
+  std::vector<double> f(kConfigFeatures, 0.0);
+  if (!e.known) return f;
+  // H200 limits; the estimate came from the cost model's device description.
+  constexpr double kSmemPerSm = 233472, kRegsPerSm = 65536, kWarpsPerSm = 64, kBlocksPerSm = 32;
+  const double warps = std::max(1.0, e.num_warps);
+  double blocks = std::min(kBlocksPerSm, std::floor(kWarpsPerSm / warps));
+  if (e.smem > 0) blocks = std::min(blocks, std::floor(kSmemPerSm / e.smem));
+  if (e.regs > 0) blocks = std::min(blocks, std::floor(kRegsPerSm / (e.regs * 32 * warps)));
+  f[0] = 1;
+  f[1] = Clip(std::log2(e.waves + 1) / 6, 0, 1.5);
+  f[2] = Clip(e.tail_efficiency, 0, 1);
+  f[3] = Clip(std::log2(e.tile_intensity + 1) / 10, 0, 1.5);
+  f[4] = Clip(e.regs / 255, 0, 1.5);
+  f[5] = Clip(std::log2(e.spills + 1) / 10, 0, 1);
+  f[6] = Clip(e.smem / 232448, 0, 1.5);
+  f[7] = Clip(blocks * warps / kWarpsPerSm, 0, 1);  // Theoretical occupancy.
+  const int bucket = e.waves < 1 ? 0 : e.waves < 2 ? 1 : e.waves < 8 ? 2 : 3;
+  f[8 + bucket] = 1;
+  return f;
 }
 
 std::vector<double> ProblemFeatures(double flops, double bytes, uint64_t space_size) {

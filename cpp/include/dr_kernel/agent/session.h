@@ -26,8 +26,28 @@ inline constexpr int kNumActions = 2 * kSlots + 1;
 // Sizes of the observation's parts.
 inline constexpr int kGlobalFeatures = 10;
 inline constexpr int kProblemFeatures = 4;
+// Static and hardware features of the current config (see ConfigFeatures).
+inline constexpr int kConfigFeatures = 12;
 inline constexpr int kSlotFeatures = 16;
-inline constexpr int kObservationSize = kGlobalFeatures + kProblemFeatures + kSlots * kSlotFeatures;
+inline constexpr int kObservationSize =
+    kGlobalFeatures + kProblemFeatures + kConfigFeatures + kSlots * kSlotFeatures;
+
+// What the hardware makes of one config, estimated before compiling (and replaced by the compiled
+// kernel's registers, spills and shared memory once measured). Zeros when nothing is known.
+struct ConfigEstimate {
+  bool known = false;
+  double waves = 0;            // Program instances over the SM count.
+  double tail_efficiency = 0;  // Share of the last wave's SMs that have work.
+  double tile_intensity = 0;   // FLOP per byte one program moves.
+  double regs = 0;             // 32-bit registers per thread.
+  double spills = 0;           // Spilled registers (0 when estimated).
+  double smem = 0;             // Shared memory per program, bytes.
+  double num_warps = 4;
+};
+
+// kConfigFeatures numbers: the estimate scaled to about [0, 1], theoretical occupancy, and waves
+// bucketised (below one, one to two, two to eight, more) since a partial last wave matters in steps.
+std::vector<double> ConfigFeatures(const ConfigEstimate& e);
 
 // What the agent believes of every config of one problem before measuring any: the cost model's
 // predicted log time, its uncertainty and the chance the config fails. Indexed by Space::Index.
@@ -37,6 +57,8 @@ struct Prior {
   std::vector<double> p_fail;
   // Valid configs (Space::Index) in order of promise, best first; filled by Rank().
   std::vector<uint64_t> order;
+  // Hardware estimates by Space::Index; empty when the model knows nothing of the kernel.
+  std::vector<ConfigEstimate> estimates;
 
   // Orders the valid configs of `space` by predicted time and failure risk.
   void Rank(const Space& space);
@@ -107,6 +129,8 @@ class Session {
   struct Result {
     bool ok;
     double log_ms;
+    int n_regs, n_spills;
+    int64_t shared;
   };
   void Observe(const Config& config, const Measurement& m);
   void FillDirection(const Config& target, double current_log, double* out) const;
