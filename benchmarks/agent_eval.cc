@@ -76,7 +76,7 @@ struct Row {
 int main(int argc, char** argv) {
   int64_t ppo_steps = 200000, budget = 100;
   int bc_episodes = 1500, repeats = 10;
-  double refit = 8;  // The ppo strategy's option: refit the session's cost model every N measurements.
+  double refit = 0;  // The ppo strategy's option: refit the session's cost model every N measurements.
   bool ablations = true;
   std::set<size_t> only;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -50,22 +50,26 @@ def main() -> None:
         "|---|---:|" + "---:|" * len(strategies),
     ]
     first = reports[strategies[0]]["problems"]
+    # The JSON report names a problem by family and shape; the tables add its dtype when not fp16.
+    from dr_kernel import bundled_tables
+
+    dtypes = [t.problem["dtype"] for t in _core.read_tables([str(p) for p in bundled_tables()])]
+    for p, dtype in zip(first, dtypes):
+        p["label"] = f"{p['family']} " + " ".join(f"{k}={v}" for k, v in p["shape"].items()) + (f" {dtype}" if dtype else "")
     for i, p in enumerate(first):
-        shape = " ".join(f"{k}={v}" for k, v in p["shape"].items())
         cells = []
         for name in strategies:
             e = reports[name]["problems"][i]["evals_to_within"]
             cells.append(f"{e['median']:.0f} ({e['p25']:.0f}–{e['p75']:.0f})")
-        lines.append(f"| {p['family']} {shape} | {p['configs']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {p['label']} | {p['configs']} | " + " | ".join(cells) + " |")
     lines += ["", "Median best-so-far / best after 20, 50 and 100 evaluations:", "",
               "| problem | " + " | ".join(strategies) + " |", "|---|" + "---:|" * len(strategies)]
     for i, p in enumerate(first):
-        shape = " ".join(f"{k}={v}" for k, v in p["shape"].items())
         cells = []
         for name in strategies:
             b = reports[name]["problems"][i]["best_over_oracle"]
             cells.append(" / ".join(f"{b[k]:.3f}" if b.get(k) is not None else "–" for k in ("20", "50", "100")))
-        lines.append(f"| {p['family']} {shape} | " + " | ".join(cells) + " |")
+        lines.append(f"| {p['label']} | " + " | ".join(cells) + " |")
     lines += ["", "Wall time of each whole replay command (all 8 problems, this 2-core machine):", ""]
     lines += [f"- `{name}`: {seconds[name]:.2f} s" for name in strategies]
     args.out.write_text("\n".join(lines) + "\n")

@@ -89,8 +89,10 @@ def _print_replay(reports: dict, args: argparse.Namespace) -> None:
     print("-" * (len(header) + 9))
     by_problem: dict[str, list] = {}
     for name, report in reports.items():
-        for p in json.loads(report.to_json())["problems"]:
+        for p, (problem, _) in zip(json.loads(report.to_json())["problems"], report.curves):
             label = p["family"] + " " + " ".join(f"{k}={v}" for k, v in p["shape"].items())
+            if problem["dtype"]:
+                label += " " + problem["dtype"]
             by_problem.setdefault(label, []).append((name, p))
     for label, rows in by_problem.items():
         for name, p in rows:

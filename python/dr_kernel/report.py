@@ -27,7 +27,7 @@ def plot_replay(curves: dict[str, list[tuple[dict, list[float]]]], path: Path | 
             ax.plot(xs, ys, label=name, linewidth=1.4)
         ax.axhline(within, color="grey", linestyle=":", linewidth=1)
         shape = " ".join(f"{k}={v}" for k, v in problem["shape"].items())
-        ax.set_title(f"{problem['family']} {shape}", fontsize=8)
+        ax.set_title(f"{problem['family']} {shape} {problem.get('dtype') or ''}".strip(), fontsize=8)
         ax.set_xscale("log")
         ax.set_ylim(0.98, 2.0)
         ax.set_xlabel("evaluations", fontsize=8)

@@ -262,8 +262,12 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         if on_trial is not None:
             on_trial(config, measurement, elapsed_s)
 
-    history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed,
-                         dict(options or {}), trial)
+    options = dict(options or {})
+    if strategy == "ppo":
+        # On a GPU a measurement costs seconds, so the agent's copy of the cost model is refitted
+        # with the session's measurements every 8 of them (0.1 s a refit); replays leave it off.
+        options.setdefault("refit", 8)
+    history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed, options, trial)
     result.history = [(c, m, s) for c, m, s in history]
     result.wall_s = time.perf_counter() - started
     ok = [(m["ms"], c) for c, m, _ in result.history if m["status"] == "ok"]

@@ -111,7 +111,8 @@ StrategyInfo PpoStrategy() {
            {"epsilon", "initial probability of a random allowed action", 0.0},
            {"decay", "factor on epsilon after each round", 0.9},
            {"horizon", "measurements the agent plans for when the budget is larger", 100},
-           {"refit", "refit the session's cost model after this many new measurements (0: never)", 8},
+           {"refit", "refit the session's cost model after this many new measurements (0: never; the GPU "
+                     "tuning session sets 8)", 0},
            {"refit_weight", "weight of the tuned problem's rows in a refit", 10}},
           Run};
 }
