@@ -110,7 +110,6 @@ def autotuned_launcher(kernel, configs: list[dict], do_bench=None):
     """Returns launch(inputs) for triton.autotune(configs) over the built-in kernel's function,
     with the grid each family's launcher computes from the config's block sizes."""
     import triton
-
     from dr_kernel.space import to_triton_config
 
     key = {"matmul": ["M", "N", "K"], "softmax": ["n_cols"], "attention": ["N_CTX", "HEAD_DIM"]}[kernel.family]
@@ -179,7 +178,6 @@ def use_cache(root: Path, *parts: str) -> None:
 def run_problem(name: str, args, store) -> dict:
     import torch
     import triton
-
     from dr_kernel import kernels
     from dr_kernel.analysis import H200, device_limits, throughput
     from dr_kernel.session import tune_builtin
@@ -259,7 +257,6 @@ def run_launch_overhead(args, store) -> dict:
     time of many back-to-back calls is the launch path's own cost on the CPU."""
     import torch
     import triton
-
     from dr_kernel import optimize
     from dr_kernel.kernels.softmax import softmax_kernel
     from dr_kernel.space import to_triton_config

@@ -54,8 +54,9 @@ def main() -> None:
     from dr_kernel import bundled_tables
 
     dtypes = [t.problem["dtype"] for t in _core.read_tables([str(p) for p in bundled_tables()])]
-    for p, dtype in zip(first, dtypes):
-        p["label"] = f"{p['family']} " + " ".join(f"{k}={v}" for k, v in p["shape"].items()) + (f" {dtype}" if dtype else "")
+    for p, dtype in zip(first, dtypes, strict=True):
+        shape = " ".join(f"{k}={v}" for k, v in p["shape"].items())
+        p["label"] = f"{p['family']} {shape}" + (f" {dtype}" if dtype else "")
     for i, p in enumerate(first):
         cells = []
         for name in strategies:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from dr_kernel import DATA_DIR, bundled_tables
 
 

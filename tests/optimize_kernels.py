@@ -8,7 +8,6 @@ which kills the process running it, as an illegal address kills a CUDA context).
 import torch
 import triton
 import triton.language as tl
-
 from dr_kernel import optimize
 
 SPACE = {"BLOCK": [32, 64, 128, 256], "STRIDE": [1, 2], "WILD": [0, 1], "num_warps": [1, 2]}

@@ -6,7 +6,6 @@ import time
 from dataclasses import dataclass
 
 import pytest
-
 from dr_kernel.measure import BuiltinJob, Job, MeasurePool, MeasureSettings, WorkerError
 
 

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from dr_kernel import _core
 from dr_kernel.cli import main
 

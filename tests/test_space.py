@@ -1,6 +1,5 @@
 import pytest
 import triton
-
 from dr_kernel.space import config_dict, make_space, to_triton_config
 
 
@@ -36,7 +35,8 @@ def test_triton_config_list_is_exactly_those_configs():
 
 
 def test_python_predicate_and_sampling_are_seeded():
-    space = make_space({"a": list(range(1, 101)), "b": list(range(1, 101))}, predicate=lambda c: (c["a"] + c["b"]) % 7 == 0)
+    values = {"a": list(range(1, 101)), "b": list(range(1, 101))}
+    space = make_space(values, predicate=lambda c: (c["a"] + c["b"]) % 7 == 0)
     first = space.sample(seed=5, n=20)
     assert first == space.sample(seed=5, n=20)
     assert first != space.sample(seed=6, n=20)

@@ -89,7 +89,7 @@ def _print_replay(reports: dict, args: argparse.Namespace) -> None:
     print("-" * (len(header) + 9))
     by_problem: dict[str, list] = {}
     for name, report in reports.items():
-        for p, (problem, _) in zip(json.loads(report.to_json())["problems"], report.curves):
+        for p, (problem, _) in zip(json.loads(report.to_json())["problems"], report.curves, strict=True):
             label = p["family"] + " " + " ".join(f"{k}={v}" for k, v in p["shape"].items())
             if problem["dtype"]:
                 label += " " + problem["dtype"]
@@ -541,7 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("replay", help="replay search strategies over recorded tuning tables")
-    p.add_argument("--data", nargs="+", type=Path, help="recorded tables (JSON lines); default: the bundled H200 tables")
+    p.add_argument("--data", nargs="+", type=Path,
+                   help="recorded tables (JSON lines); default: the bundled H200 tables")
     p.add_argument("--strategy", default="all", help="a strategy name, a comma-separated list, or 'all' (default)")
     p.add_argument("--budget", type=int, default=100, help="evaluations per run (default 100)")
     p.add_argument("--repeats", type=int, default=20, help="runs per problem, seeds S, S+1, ... (default 20)")
@@ -562,7 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", nargs="+", type=Path, help="recorded tables; default: the bundled H200 tables")
     p.add_argument("--ppo-steps", type=int, default=1_000_000, help="simulated PPO steps (default 1,000,000)")
     p.add_argument("--bc-episodes", type=int, default=1500, help="expert episodes for behaviour cloning (default 1500)")
-    p.add_argument("--synthetic", type=int, default=24, help="synthetic problems between the recorded ones (default 24)")
+    p.add_argument("--synthetic", type=int, default=24,
+                   help="synthetic problems between the recorded ones (default 24)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, help="folder for policy.bin and cost_model.bin; default: the package's own")
     p.add_argument("--json", action="store_true")

@@ -176,7 +176,7 @@ class Optimized:
     # ----- launching -----------------------------------------------------------------------------
 
     def run(self, *args, grid, **kwargs):
-        nargs = dict(zip(self.arg_names, args), **kwargs)
+        nargs = dict(zip(self.arg_names, args, strict=False), **kwargs)  # Later arguments may come as kwargs.
         key = self._key(nargs)
         config = self.cache.get(key)
         if config is None:

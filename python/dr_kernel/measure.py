@@ -24,9 +24,9 @@ import sys
 import threading
 import time
 import traceback
-from multiprocessing.connection import Connection
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
 
@@ -137,7 +137,11 @@ def measure_config(job: Job, state: Any, config: dict, reference: list | None, b
 
     relerr = 0.0
     if reference is not None:
-        relerr = max(relative_error(o, r) for o, r in zip(outs, reference))
+        if len(reference) != len(outs):
+            return {"status": "wrong", "load_s": load_s,
+                    "error": f"the reference gives {len(reference)} tensors for the {len(outs)} the kernel writes; "
+                             "return one per output, in the order of `outputs`"}, None
+        relerr = max(relative_error(o, r) for o, r in zip(outs, reference, strict=True))
     elif any(not bool(torch.isfinite(o.float()).all()) for o in outs if o.dtype.is_floating_point):
         relerr = math.inf  # The first valid config becomes the reference: it must write every element.
     if not relerr < settings.max_relerr:
@@ -159,7 +163,8 @@ def measure_config(job: Job, state: Any, config: dict, reference: list | None, b
 
 def _failure(e: BaseException) -> dict:
     text = f"{type(e).__name__}: {e}"
-    status = "out_of_resources" if "OutOfResources" in type(e).__name__ or "out of resource" in text else "compile_error"
+    resources = "OutOfResources" in type(e).__name__ or "out of resource" in text
+    status = "out_of_resources" if resources else "compile_error"
     return {"status": status, "error": text[:2000]}
 
 
@@ -290,7 +295,7 @@ class MeasurePool:
         """Measures configs across the workers; returns (measurement, seconds) per config, in order."""
         results: list = [None] * len(configs)
         todo: queue.Queue = queue.Queue()
-        for i, c in enumerate(configs):
+        for i in range(len(configs)):
             todo.put(i)
         errors: list[BaseException] = []
 

@@ -208,7 +208,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         leaders: dict[Hashable, int] = {}  # Binary → position in the batch of the config measured for it.
         followers: list[tuple[int, Hashable]] = []
         to_measure: list[int] = []
-        for i, (config, report) in enumerate(zip(batch, reports)):
+        for i, (config, report) in enumerate(zip(batch, reports, strict=True)):
             if report is not None and not measurable(report):
                 refused = refusal(report)
                 if trust_compile_errors or refused["status"] != "compile_error":
@@ -227,7 +227,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             static.guess([n for c in batch for n in space.neighbours(c)])
         if to_measure:
             measured = measure([batch[i] for i in to_measure], best[0])
-            for i, (m, seconds) in zip(to_measure, measured):
+            for i, (m, seconds) in zip(to_measure, measured, strict=True):
                 m, report = dict(m), reports[i]
                 if report is not None:
                     m.update(static_fields(report))
@@ -251,7 +251,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             copy["same_binary_as"] = leader
             out[i] = (copy, compile_s[i])
             result.copied += 1
-        for config, (m, _) in zip(batch, out):
+        for config, (m, _) in zip(batch, out, strict=True):
             if m["status"] == "ok":
                 best[0] = min(best[0], m["ms"])
             if store is not None:

@@ -250,7 +250,7 @@ def _record_all(kernel, shape, dtype, todo, record, limits, devices, settings, c
                     # Every config is timed in full (no early stop against the best): a recording
                     # is the ground truth others replay.
                     measured = pool.measure([c for c, _ in leaders], math.inf)
-                    for (config, report), (m, _) in zip(leaders, measured):
+                    for (config, report), (m, _) in zip(leaders, measured, strict=True):
                         m = {**m, **static_fields(report)}
                         if report.valid and report.binary_hash:
                             by_binary[report.binary_hash] = (config, m)
