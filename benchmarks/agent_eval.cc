@@ -162,6 +162,9 @@ int main(int argc, char** argv) {
         settings.options = {{"epsilon", 0.1}, {"refit", refit}};
         settings.repeats = repeats;
         record("ppo eps0.1", Replay(held, settings));
+        // Online fine-tuning: sampled actions, PPO updates of the session's policy every 8.
+        settings.options = {{"learn", 3e-4}, {"learn_every", 8}, {"refit", refit}};
+        record("ppo online", Replay(held, settings));
       }
       settings.options.clear();
       settings.repeats = repeats;
@@ -173,7 +176,7 @@ int main(int argc, char** argv) {
     rows.push_back(row);
   }
   // Markdown tables.
-  std::vector<std::string> methods = {"ppo", "ppo eps0.1"};
+  std::vector<std::string> methods = {"ppo", "ppo eps0.1", "ppo online"};
   for (const auto& v : variants)
     if (v.name != "ppo") methods.push_back(v.name);
   for (const auto& c : classic) methods.push_back(c);

@@ -2,6 +2,8 @@
 // the cost model's prior and correcting it with every measurement. Several walkers propose one
 // config each per round (one per measuring worker); exploration decays round by round.
 #include <memory>
+
+#include "dr_kernel/agent/pretrain.h"
 #include <unordered_set>
 
 #include "dr_kernel/agent/agent.h"
@@ -11,19 +13,72 @@ namespace dr_kernel {
 
 namespace {
 
-int ChooseAction(const agent::Agent& a, const agent::Session& s, double epsilon, Rng& rng) {
+// One decision of a walker, kept when the policy learns online.
+struct Transition {
+  Eigen::MatrixXd obs;
+  rl::MaskMatrix mask;
+  int action = -1;
+  double log_prob = 0, value = 0, reward = 0;
+};
+
+// Chooses an allowed action: at random with probability epsilon, else the policy's most probable
+// one, or (when it learns) one drawn from it, so that its updates are on-policy.
+Transition ChooseAction(const rl::ActorCritic& policy, const agent::Session& s, double epsilon, bool sample,
+                        Rng& rng) {
+  Transition t;
   const auto mask = s.Mask();
   std::vector<int> allowed;
   for (int i = 0; i < agent::kNumActions; ++i)
     if (mask[i]) allowed.push_back(i);
-  if (allowed.empty()) return -1;
-  if (rng.Uniform() < epsilon) return allowed[rng.Below(allowed.size())];
+  if (allowed.empty()) return t;
   const auto obs = s.Observation();
-  Eigen::MatrixXd x(1, agent::kObservationSize);
-  rl::MaskMatrix m(1, agent::kNumActions);
-  for (int i = 0; i < agent::kObservationSize; ++i) x(0, i) = obs[i];
-  for (int i = 0; i < agent::kNumActions; ++i) m(0, i) = mask[i];
-  return a.policy.Greedy(x, m)[0];
+  t.obs.resize(1, agent::kObservationSize);
+  t.mask.resize(1, agent::kNumActions);
+  for (int i = 0; i < agent::kObservationSize; ++i) t.obs(0, i) = obs[i];
+  for (int i = 0; i < agent::kNumActions; ++i) t.mask(0, i) = mask[i];
+  if (sample) {
+    const auto act = policy.Sample(t.obs, t.mask, rng);
+    t.action = act.actions[0];
+    t.value = act.values(0);
+  } else {
+    t.action = policy.Greedy(t.obs, t.mask)[0];
+  }
+  if (rng.Uniform() < epsilon) t.action = allowed[rng.Below(allowed.size())];
+  if (sample) t.log_prob = policy.LogProbs(t.obs, t.mask)(0, t.action);
+  return t;
+}
+
+// A PPO update of the session's copy of the policy on one walker's decisions so far.
+void LearnOnline(rl::ActorCritic* policy, const std::vector<Transition>& steps, const agent::Session& s,
+                 double learning_rate, Rng& rng) {
+  rl::PpoConfig config = agent::PretrainOptions::DefaultPpo();
+  config.learning_rate = learning_rate;
+  config.epochs = 2;
+  config.minibatch_size = static_cast<int>(steps.size());
+  config.num_envs = 1;
+  config.num_steps = static_cast<int>(steps.size());
+  rl::RolloutBuffer buffer(config.num_steps, 1, agent::kObservationSize, agent::kNumActions);
+  const std::vector<uint8_t> no(1, 0);
+  const Eigen::VectorXd zero = Eigen::VectorXd::Zero(1);
+  for (const auto& t : steps) {
+    buffer.Add(t.obs, t.mask, {t.action}, Eigen::VectorXd::Constant(1, t.log_prob),
+               Eigen::VectorXd::Constant(1, t.value), Eigen::VectorXd::Constant(1, t.reward), no, no, zero);
+  }
+  const auto obs = s.Observation();
+  Eigen::MatrixXd last(1, agent::kObservationSize);
+  for (int i = 0; i < agent::kObservationSize; ++i) last(0, i) = obs[i];
+  buffer.ComputeAdvantages(policy->Values(last), config.gamma, config.gae_lambda);
+  rl::PpoLearner(policy, config).Update(buffer, rng);
+}
+
+// Adds a step's reward to the walker's last decision and its credit to earlier ones.
+void Reward(std::vector<Transition>* steps, const agent::StepReward& r) {
+  if (steps->empty()) return;
+  steps->back().reward += r.reward;
+  for (const auto& [ago, credit] : r.credit_back) {
+    const int64_t i = static_cast<int64_t>(steps->size()) - 1 - ago;
+    if (i >= 0) (*steps)[i].reward += credit;
+  }
 }
 
 void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
@@ -47,30 +102,47 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   for (int w = 0; w < walkers; ++w) sessions.emplace_back(space, *prior, features, planned);
   double epsilon = options.Get("epsilon");
   const double decay = options.Get("decay");
+  // Online fine-tuning: the session's own copy of the policy, updated from its walkers' decisions.
+  const double learning_rate = options.Get("learn");
+  const bool learn = learning_rate > 0;
+  const int64_t learn_every = std::max<int64_t>(1, options.Int("learn_every"));
+  rl::ActorCritic policy = trained->policy;
+  std::vector<std::vector<Transition>> decisions(walkers);
+  int64_t since_update = 0;
 
   for (;;) {
     std::vector<std::pair<int, agent::Move>> proposals;
+    std::vector<bool> proposals_from_policy;
     std::unordered_set<uint64_t> chosen;
     for (int w = 0; w < walkers; ++w) {
       agent::Session& s = sessions[w];
       // Free moves (onto measured configs) cost nothing; a few in a row before a measurement.
       for (int step = 0; step < 8; ++step) {
-        const int action = ChooseAction(*trained, s, epsilon, rng);
-        if (action < 0) break;
-        const auto move = s.Resolve(action);
+        Transition t = ChooseAction(policy, s, epsilon, learn, rng);
+        if (t.action < 0) break;
+        const auto move = s.Resolve(t.action);
+        if (learn) decisions[w].push_back(std::move(t));
         if (!move->measure) {
-          s.TakeFree(*move);
+          const auto r = s.TakeFree(*move);
+          if (learn) Reward(&decisions[w], r);
           continue;
         }
-        if (chosen.insert(space.Index(move->config)).second) proposals.emplace_back(w, *move);
+        if (chosen.insert(space.Index(move->config)).second) {
+          proposals.emplace_back(w, *move);
+          proposals_from_policy.push_back(true);
+        } else if (learn) {
+          decisions[w].pop_back();  // Another walker measures it: this decision is not taken.
+        }
         break;
       }
       // A walker that only wandered over measured configs (or chose what another walker chose)
       // jumps, so that every round measures something while anything is left.
       const bool proposed = !proposals.empty() && proposals.back().first == w;
       if (!proposed) {
-        if (auto jump = s.Resolve(agent::kJump); jump && chosen.insert(space.Index(jump->config)).second)
+        if (auto jump = s.Resolve(agent::kJump); jump && chosen.insert(space.Index(jump->config)).second) {
           proposals.emplace_back(w, *jump);
+          proposals_from_policy.push_back(false);
+        }
       }
     }
     if (proposals.empty()) return;  // Nothing left that the agent would measure.
@@ -81,7 +153,9 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       const auto& [walker, move] = proposals[i];
       for (int w = 0; w < walkers; ++w) {
         if (w == walker) {
-          sessions[w].TakeMeasured(move, results[i]);
+          const auto r = sessions[w].TakeMeasured(move, results[i]);
+          // A forced jump (no decision of the policy) earns nothing to learn from.
+          if (learn && !decisions[w].empty() && proposals_from_policy[i]) Reward(&decisions[w], r);
         } else {
           sessions[w].Record(move.config, results[i]);
         }
@@ -96,6 +170,14 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         old_priors.push_back(std::move(prior));
         prior = std::make_unique<agent::Prior>(agent::PriorFromModel(model.get(), problem, space));
         for (auto& s : sessions) s.Rebase(*prior);
+      }
+    }
+    since_update += static_cast<int64_t>(batch.size());
+    if (learn && since_update >= learn_every) {
+      since_update = 0;
+      for (int w = 0; w < walkers; ++w) {
+        if (decisions[w].size() >= 4) LearnOnline(&policy, decisions[w], sessions[w], learning_rate, rng);
+        decisions[w].clear();
       }
     }
     epsilon *= decay;
@@ -113,7 +195,9 @@ StrategyInfo PpoStrategy() {
            {"horizon", "measurements the agent plans for when the budget is larger", 100},
            {"refit", "refit the session's cost model after this many new measurements (0: never; the GPU "
                      "tuning session sets 8)", 0},
-           {"refit_weight", "weight of the tuned problem's rows in a refit", 10}},
+           {"refit_weight", "weight of the tuned problem's rows in a refit", 10},
+           {"learn", "learning rate of online PPO updates of the session's policy (0: the policy stays fixed)", 0},
+           {"learn_every", "measurements between online policy updates", 16}},
           Run};
 }
 

@@ -147,3 +147,32 @@ TEST(ReplayTest, QuantileInterpolatesLinearly) {
 
 }  // namespace
 }  // namespace dr_kernel
+
+namespace dr_kernel {
+namespace {
+
+TEST(PpoTest, OnlineFineTuningKeepsTheBudgetAndIsSeeded) {
+  EnsureAgent();
+  const std::map<std::string, double> options = {{"learn", 3e-4}, {"learn_every", 4}, {"walkers", 2}};
+  std::vector<std::vector<uint64_t>> traces;
+  for (int run = 0; run < 2; ++run) {
+    ReplayEnv env(Tables().back());
+    Evaluator evaluator(env, Budget{40});
+    RunStrategy("ppo", evaluator, 9, options);
+    EXPECT_EQ(evaluator.evals(), 40);
+    std::vector<uint64_t> trace;
+    for (const auto& trial : evaluator.history()) trace.push_back(env.space().Index(trial.config));
+    traces.push_back(trace);
+  }
+  EXPECT_EQ(traces[0], traces[1]);
+  // A learning session samples its actions; the fixed greedy policy takes another path.
+  ReplayEnv env(Tables().back());
+  Evaluator fixed(env, Budget{40});
+  RunStrategy("ppo", fixed, 9, {{"walkers", 2}});
+  std::vector<uint64_t> greedy;
+  for (const auto& trial : fixed.history()) greedy.push_back(env.space().Index(trial.config));
+  EXPECT_NE(greedy, traces[0]);
+}
+
+}  // namespace
+}  // namespace dr_kernel
