@@ -137,3 +137,17 @@ def test_db_import_export_round_trip(tmp_path, table_paths):
     bad.write_text("hello\n" * 100)
     res = run_cli("db", "stats", "--db", str(bad))
     assert res.returncode == 2 and str(bad) in res.stderr and "Traceback" not in res.stderr
+
+
+def test_report_names_each_problems_best_config(tmp_path, recorded_paths):
+    db = tmp_path / "r.db"
+    softmax = next(p for p in recorded_paths if p.name == "softmax.jsonl")
+    assert main(["db", "import", str(softmax), "--db", str(db)]) == 0
+    out = run_cli("report", "--db", str(db), "--json")
+    assert out.returncode == 0, out.stderr
+    (report,) = json.loads(out.stdout)
+    table = _core.read_tables([str(softmax)])[0]
+    assert report["best_ms"] == table.oracle_ms and report["measurements"] == len(table)
+    best = [c for c, m in table.rows() if m["status"] == "ok" and m["ms"] == table.oracle_ms][0]
+    assert report["best_config"] == best
+    assert run_cli("report", "--db", str(db), "--family", "matmul", "--json").stdout.strip() == "[]"

@@ -536,6 +536,36 @@ def _kernel_arguments(p: argparse.ArgumentParser) -> None:
                    help="element type (default fp16)")
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """The best config the store holds for each problem, with how it was found."""
+    from collections import Counter
+
+    from .store import open_store
+
+    store = open_store(args.db)
+    out = []
+    for problem in store.problems():
+        if args.family and problem["family"] != args.family:
+            continue
+        rows = store.rows(problem)
+        statuses = Counter(m["status"] for _, m in rows)
+        ok = [(m["ms"], c) for c, m in rows if m["status"] == "ok"]
+        best_ms, best = min(ok, key=lambda t: t[0]) if ok else (None, None)
+        out.append({"family": problem["family"], "shape": problem["shape"], "dtype": problem["dtype"],
+                    "device": problem["device"], "measurements": len(rows), "statuses": dict(statuses),
+                    "best_ms": best_ms, "best_config": best})
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{store.path}: {len(out)} problems")
+    for r in out:
+        shape = " ".join(f"{k}={v}" for k, v in r["shape"].items())
+        best = f"{r['best_ms']:.4f} ms {json.dumps(r['best_config'])}" if r["best_config"] else "nothing ran"
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(r["statuses"].items()))
+        print(f"  {r['family']} {shape} {r['dtype']} on {r['device'] or '?'}: {best} ({counts})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dr-kernel", description="Auto-tuning of Triton GPU kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -610,6 +640,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interpret", action="store_true",
                    help="measure in Triton's interpreter on the CPU (small shapes; not GPU times)")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("report", help="the best config the results store holds for each problem")
+    p.add_argument("--db", type=Path, help="the database file (default: $DR_KERNEL_DB or the per-user cache)")
+    p.add_argument("--family", help="only problems of this kernel family")
+    p.add_argument("--json", action="store_true", help="print one JSON list")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("strategies", help="list the search strategies and their options")
     p.set_defaults(func=cmd_strategies)
