@@ -78,6 +78,16 @@ class BinaryReader {
     checksum_.Add(reinterpret_cast<const unsigned char*>(got), 8);
   }
 
+  // Reads the format version and fails unless it is between 1 and `newest`, the one this build writes.
+  uint32_t Version(uint32_t newest) {
+    const uint32_t version = U32("the format version");
+    if (version == 0 || version > newest) {
+      Fail("the file has format version " + std::to_string(version) + " but this build reads version " +
+           std::to_string(newest) + "; use the dr_kernel that wrote it or save the model again");
+    }
+    return version;
+  }
+
   uint32_t U32(const char* field) { return static_cast<uint32_t>(Unsigned(4, field)); }
   uint64_t U64(const char* field) { return Unsigned(8, field); }
   double F64(const char* field) {

@@ -267,11 +267,7 @@ void Mlp::Save(std::ostream& out) const {
 
 Mlp Mlp::Load(std::istream& in) {
   internal::BinaryReader r(in, kMagic, "an MLP");
-  const uint32_t version = r.U32("the format version");
-  if (version == 0 || version > kVersion) {
-    r.Fail("the file has format version " + std::to_string(version) + " but this build reads version " +
-           std::to_string(kVersion) + "; use the dr_kernel that wrote it or save the model again");
-  }
+  r.Version(kVersion);
   const uint32_t num_sizes = r.U32("the number of layers");
   if (num_sizes < 2 || num_sizes > kMaxLayers) {
     r.Fail("the header claims " + std::to_string(num_sizes) + " layer sizes; the file is corrupt");

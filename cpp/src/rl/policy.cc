@@ -151,11 +151,7 @@ void ActorCritic::Save(std::ostream& out) const {
 
 ActorCritic ActorCritic::Load(std::istream& in) {
   internal::BinaryReader r(in, kMagic, "an actor-critic");
-  const uint32_t version = r.U32("the format version");
-  if (version == 0 || version > kVersion) {
-    r.Fail("the file has format version " + std::to_string(version) + " but this build reads version " +
-           std::to_string(kVersion) + "; use the dr_kernel that wrote it or save the model again");
-  }
+  r.Version(kVersion);
   const uint64_t obs_size = r.U64("the observation size");
   const uint64_t num_actions = r.U64("the number of actions");
   r.Finish();
