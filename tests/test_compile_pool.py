@@ -139,18 +139,44 @@ def test_real_compiles_time_out_group_and_agree_with_direct_analysis(tmp_path, m
 def test_urgent_requests_overtake_guesses_and_queued_guesses_can_be_dropped():
     with CompilePool(workers=2, timeout_s=30, task=pretend_compile) as pool:
         slow = [pool.submit(request(sleep=1.5, hash=str(i)), speculative=True) for i in range(3)]
-        promoted = pool.submit(request(sleep=0.0, hash="p"), speculative=True)
+        # The promoted request takes a little longer than the urgent one: both start before any
+        # guess, on the two workers or one after the other, and which of two equally quick
+        # compiles answers first would be a race.
+        promoted = pool.submit(request(sleep=0.3, hash="p"), speculative=True)
         urgent = pool.submit(request(sleep=0.0, hash="u"))
         assert pool.cancel(slow[2]) and pool.pending == 4
         pool.prioritise(promoted)
         order = []
         while pool.pending:
             order += [ticket for ticket, _ in pool.poll(5.0)]
-    # Guesses never hold every worker: the second worker stays free for what is needed now, so the
-    # urgent and the promoted requests finish while the first guess is still compiling.
+    # Urgent requests start before any guess, in the order they became urgent, so both finish
+    # before the 1.5 s guesses.
     assert order[:2] == [urgent, promoted]
     assert sorted(order[2:]) == slow[:2]
     assert not pool.cancel(slow[0])  # Answered requests cannot be cancelled.
+
+
+def test_guesses_never_hold_every_worker():
+    with CompilePool(workers=2, timeout_s=30, task=pretend_compile) as pool:
+        workers_seen: set[int] = set()  # Process ids: a worker that answered is up.
+        for _ in range(20):
+            workers_seen |= {r.n_regs for r in pool.map([request(sleep=0.5, hash="warm-up")] * 2)}
+            if len(workers_seen) == 2:
+                break
+        assert len(workers_seen) == 2
+        guesses = [pool.submit(request(sleep=3.0, hash=str(i)), speculative=True) for i in range(2)]
+        assert pool.poll(0.0) == []  # Starts what may start: one guess, on one worker.
+        start = time.monotonic()
+        urgent = pool.submit(request(hash="u"))
+        answered = []
+        while urgent not in answered:
+            answered += [ticket for ticket, _ in pool.poll(10.0)]
+        # Had both guesses started, the urgent request would have waited 3 s for a worker.
+        assert time.monotonic() - start < 1.5
+        assert answered == [urgent]
+        while pool.pending:
+            answered += [ticket for ticket, _ in pool.poll(10.0)]
+        assert answered[1:] == guesses
 
 
 def test_workers_compile_even_when_the_caller_interprets(tmp_path, monkeypatch):
