@@ -7,6 +7,7 @@ for the H200 to show the refusal and the deduplication on the compiler's own fin
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -164,3 +165,71 @@ def test_refusal_statuses_follow_the_reason():
     assert refusal(StaticReport(**base, reason="compile worker died (exit code 9)"))["status"] == "compile_error"
     over = refusal(StaticReport(**base, reason="needs 2048 threads", binary_hash="h", n_regs=32, shared=0))
     assert over == {"status": "out_of_resources", "error": "needs 2048 threads", "n_regs": 32, "shared": 0}
+
+
+class Noisy:
+    """A benchmarker whose first measurement of each config is the config's `first` time and
+    whose later ones are its `true` time: X=0 got lucky once, X=6 is the fast one."""
+
+    first = {0: 1.00, 2: 1.04, 6: 1.06, 7: 1.30}
+    true = {0: 1.20, 2: 1.05, 6: 1.02, 7: 1.30}
+
+    def __init__(self, crash_later: frozenset = frozenset()):
+        self.calls: list[tuple[list[int], float]] = []
+        self.crash_later = crash_later
+
+    def __call__(self, configs, best_ms):
+        self.calls.append(([c["X"] for c in configs], best_ms))
+        out = []
+        for c in configs:
+            x = c["X"]
+            again = sum(x in xs for xs, _ in self.calls) > 1
+            if again and x in self.crash_later:
+                out.append(({"status": "crashed", "error": "the measuring process died (exit code -11)"}, 0.1))
+            else:
+                out.append(({"status": "ok", "ms": (self.true if again else self.first)[x]}, 0.1))
+        return out
+
+
+def confirmed_session(measure, store=None, **options):
+    # pretend_compile: X=1 compiles to X=0's binary, so its result is a copy and never a candidate.
+    stage = pretend_stage()
+    try:
+        return run_session(PROBLEM, make_space({"X": [0, 1, 2, 6, 7]}), measure, static=stage,
+                           strategy="exhaustive", max_evals=5, store=store, options={"batch": 5}, **options)
+    finally:
+        stage.close()
+
+
+def test_the_best_configs_are_timed_again_and_the_lowest_median_wins(tmp_path):
+    measure, store = Noisy(), open_store(tmp_path / "r.db")
+    result = confirmed_session(measure, store, confirm=3, confirm_rounds=3)
+    assert sorted(measure.calls[0][0]) == [0, 2, 6, 7] and result.evaluations == 5
+    # Within 10 % of the lucky 1.00: X=0, 2 and 6, each timed once per round without early stop.
+    rounds = measure.calls[1:]
+    assert [sorted(xs) for xs, _ in rounds] == [[0, 2, 6]] * 3 and all(b == math.inf for _, b in rounds)
+    assert [xs[0] for xs, _ in rounds] == [0, 2, 6]  # Turns rotate: none always goes first.
+    assert result.best_config == {"X": 6} and result.best_ms == pytest.approx(1.02)
+    assert result.confirmed == [({"X": 0}, [1.20] * 3), ({"X": 2}, [1.05] * 3), ({"X": 6}, [1.02] * 3)]
+    # Re-timings are stored like other results, with the binary's resource usage.
+    rows = [m for c, m in store.rows(dict(PROBLEM)) if c == {"X": 6}]
+    assert [m["ms"] for m in rows] == [1.06, 1.02, 1.02, 1.02] and all(m["n_regs"] == 60 for m in rows)
+
+
+def test_a_candidate_that_fails_when_timed_again_cannot_win():
+    result = confirmed_session(Noisy(crash_later=frozenset({6})), confirm=2, confirm_rounds=2)
+    # Two candidates: X=0 (1.00 then 1.20) and X=2; X=6 is not one of them.
+    assert [c for c, _ in result.confirmed] == [{"X": 0}, {"X": 2}]
+    assert result.best_config == {"X": 2}
+    result = confirmed_session(Noisy(crash_later=frozenset({6})), confirm=3, confirm_rounds=2)
+    assert result.confirmed[2][0] == {"X": 6} and all(math.isnan(t) for t in result.confirmed[2][1])
+    assert result.best_config == {"X": 2} and result.best_ms == pytest.approx(1.05)
+
+
+def test_without_confirmation_or_a_close_rival_the_first_measurements_stand():
+    measure = Noisy()
+    result = confirmed_session(measure, confirm=0)
+    assert len(measure.calls) == 1 and result.best_config == {"X": 0} and result.best_ms == 1.00
+    measure = Noisy()
+    result = confirmed_session(measure, confirm=3, confirm_within=0.01)  # Nobody within 1 % of X=0.
+    assert len(measure.calls) == 1 and result.best_config == {"X": 0} and not result.confirmed

@@ -7,6 +7,7 @@ import json
 import math
 import shutil
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -417,7 +418,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         progress.show(f"tune {kernel.name} [{'#' * filled}{'.' * (20 - filled)}] {count[0]}/{total}  "
                       f"{best_text}  last {m['status']}  {time.perf_counter() - started:.0f} s")
 
-    settings = MeasureSettings(reps=args.reps)
+    if args.confirm < 0:
+        raise UsageError("--confirm takes how many of the best configs to time again at the end (0: none)")
+    settings = MeasureSettings(reps=args.reps, confirm=args.confirm)
     try:
         result = tune_builtin(kernel, shape, dtype, strategy=strategy[0], max_evals=args.budget,
                               max_seconds=args.seconds, seed=args.seed, options=options, interpret=interpret,
@@ -433,6 +436,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
            "refused": result.refused, "copied": result.copied, "statuses": result.statuses(),
            "tuning_s": result.history[-1][2] if result.history else 0.0, "wall_s": result.wall_s,
            "best_config": result.best_config, "best_ms": result.best_ms if result.best_config else None,
+           "confirmed": [{"config": c, "ms": [t if t == t else None for t in times]} for c, times in result.confirmed],
            "db": str(store.path)}
     if interpret:
         out["note"] = INTERPRETER_NOTE
@@ -469,6 +473,12 @@ def _print_tuning(o: dict) -> None:
         print("  no config ran correctly")
     else:
         print(f"  best: {json.dumps(o['best_config'])}  {o['best_ms']:.4f} ms")
+        if o["confirmed"]:
+            print(f"  the {len(o['confirmed'])} best configs timed again, median of the rounds:")
+            for c in o["confirmed"]:
+                done = [t for t in c["ms"] if t is not None]
+                median = f"{statistics.median(done):.4f} ms" if len(done) == len(c["ms"]) else "failed a round"
+                print(f"    {json.dumps(c['config'])}  {median}")
         if o.get("tflops") is not None:
             frac = o.get("fraction_of_peak")
             print(f"  {o['tflops']:.1f} TFLOP/s, {o['gbps']:.0f} GB/s"
@@ -623,6 +633,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="compile processes (default: one per CPU core)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds one compile may take (default 120)")
     p.add_argument("--reps", type=int, default=20, help="timed launches per config (default 20)")
+    p.add_argument("--confirm", type=int, default=3,
+                   help="time the best N configs (within 10%% of the best) 3 more times each at the end and keep the "
+                        "lowest median (default 3; 0: keep the fastest first measurement)")
     p.add_argument("--interpret", action="store_true",
                    help="measure in Triton's interpreter on the CPU (small shapes; not GPU times)")
     p.add_argument("--json", action="store_true", help="print one JSON object, with every evaluation")

@@ -291,7 +291,9 @@ class Optimized:
         try:
             session = run_session(problem, self.space, measure, static=stage, strategy=self.strategy,
                                   max_evals=self.max_evals, max_seconds=self.max_seconds, seed=self.seed,
-                                  store=store, source="optimize", trust_compile_errors=False, launch_key=grid_of)
+                                  store=store, source="optimize", trust_compile_errors=False, launch_key=grid_of,
+                                  confirm=self.settings.confirm, confirm_rounds=self.settings.confirm_rounds,
+                                  confirm_within=self.settings.confirm_within)
         finally:
             if stage is not None:
                 stage.close()

@@ -11,6 +11,11 @@
                                  ▼
                                every result → the store; (measurement, cost seconds) → the strategy
 
+When the search ends, the few best configs (those within a noise band of the best) are timed
+again, in turns, and the winner is the one with the lowest median of those rounds: a config
+measured once is picked partly for its luck, and GPU clocks drift between measurements taken
+seconds apart. These re-timings are not evaluations; they go to the store like any other.
+
 Each config of a batch is one evaluation whatever became of it, as in replay; its cost is its
 compile seconds plus its measuring seconds, the accounting replay uses, so a session's seconds
 budget is comparable with replayed ones. Compiles run in parallel (and for strategies that move
@@ -22,6 +27,7 @@ from __future__ import annotations
 import collections
 import math
 import os
+import statistics
 import time
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -141,9 +147,12 @@ class SessionResult:
     """What one tuning session did. `history` holds (config, measurement, elapsed cost seconds)
     per evaluation, in order; `measured` counts configs timed on the device, `refused` those the
     static stage returned without measuring, `copied` those that shared a binary with a measured
-    one; `wall_s` is the session's wall-clock time."""
+    one; `wall_s` is the session's wall-clock time, confirmation included. `confirmed` holds
+    (config, milliseconds of each confirmation round) for the configs timed again at the end, in
+    the order of their first measurement's time; a round that failed is NaN."""
 
     history: list[tuple[dict, dict, float]] = field(default_factory=list)
+    confirmed: list[tuple[dict, list[float]]] = field(default_factory=list)
     best_config: dict | None = None
     best_ms: float = math.inf
     wall_s: float = 0.0
@@ -165,8 +174,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 strategy: str = "ppo", max_evals: int = 100, max_seconds: float = math.inf, seed: int = 0,
                 options: Mapping[str, float] | None = None, store=None, source: str = "tune",
                 on_trial: Callable[[dict, dict, float], None] | None = None, trust_compile_errors: bool = True,
-                launch_key: Callable[[dict], Hashable] | None = None, prefetch: bool | None = None
-                ) -> SessionResult:
+                launch_key: Callable[[dict], Hashable] | None = None, prefetch: bool | None = None,
+                confirm: int = 0, confirm_rounds: int = 3, confirm_within: float = 0.10) -> SessionResult:
     """Tunes one problem and returns what happened.
 
     `measure(configs, best_ms)` validates and times configs on the device and returns one
@@ -178,6 +187,9 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     besides the binary makes two launches differ (a user kernel's grid). `prefetch` compiles the
     neighbours of measured configs ahead of need (default: for strategies in NEIGHBOUR_STRATEGIES).
     Every result is added to `store` with `source`.
+
+    `confirm` > 1 times the best `confirm` distinct binaries again at the end, those within
+    `confirm_within` of the best, `confirm_rounds` times each in turns (see confirm_winner()).
     """
     from . import _core
 
@@ -185,6 +197,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     if prefetch is None:
         prefetch = strategy in NEIGHBOUR_STRATEGIES
     by_binary: dict[Hashable, tuple[dict, dict]] = {}  # Binary (and launch) → (config, measurement).
+    copies: set[tuple] = set()  # Configs whose result is another config's: never re-timed.
     best = [math.inf]
     trusted = [True]
     started = time.perf_counter()
@@ -249,6 +262,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             copy = {k: v for k, v in measured_m.items() if k not in ("compile_s", "load_s")}
             copy.update(static_fields(reports[i]))
             copy["same_binary_as"] = leader
+            copies.add(_key(batch[i]))
             out[i] = (copy, compile_s[i])
             result.copied += 1
         for config, (m, _) in zip(batch, out, strict=True):
@@ -269,11 +283,68 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         options.setdefault("refit", 8)
     history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed, options, trial)
     result.history = [(c, m, s) for c, m, s in history]
-    result.wall_s = time.perf_counter() - started
     ok = [(m["ms"], c) for c, m, _ in result.history if m["status"] == "ok"]
     if ok:
         result.best_ms, result.best_config = min(ok, key=lambda t: t[0])
+    if confirm > 1 and ok:
+        first = {_key(c): m for c, m, _ in result.history}
+
+        def remeasure(configs: list[dict]) -> list[dict]:
+            measurements = [dict(m) for m, _ in measure(configs, math.inf)]
+            for config, m in zip(configs, measurements, strict=True):
+                # The binary is the one compiled before: its resource usage is known.
+                m.update({k: first[_key(config)][k] for k in ("n_regs", "n_spills", "shared")
+                          if k in first[_key(config)]})
+                if store is not None:
+                    store.add(dict(problem), config, _storable(m), source)
+            return measurements
+
+        own = [(c, m, s) for c, m, s in result.history if _key(c) not in copies]
+        winner = confirm_winner(own, remeasure, candidates=confirm, rounds=confirm_rounds, within=confirm_within)
+        if winner is not None:
+            result.best_config, result.best_ms, result.confirmed = winner
+    result.wall_s = time.perf_counter() - started
     return result
+
+
+def confirm_winner(history: Sequence[tuple[dict, dict, float]], remeasure: Callable[[list[dict]], list[dict]], *,
+                   candidates: int = 3, rounds: int = 3, within: float = 0.10
+                   ) -> tuple[dict, float, list[tuple[dict, list[float]]]] | None:
+    """Times the best configs of a session again and returns (winner, its median ms, every
+    candidate's round times), or None when fewer than two configs are close enough to need it.
+
+    `history` holds (config, measurement, seconds) of configs measured on their own (a config
+    whose result was copied from another with the same binary would only time that one again).
+    Candidates are its `candidates` fastest configs within `within` of the fastest. Each of `rounds` rounds
+    times every candidate once, the order rotating from round to round so that none is always
+    first after the pause; the winner has the lowest median over the rounds. A candidate that
+    fails a round (wrong results, a crash: a flaky kernel) is out: the winner must have run
+    correctly every time. If every candidate fails, the session's device is in trouble and the
+    first measurements stand (None).
+    """
+    measured = sorted(((m["ms"], c) for c, m, _ in history
+                       if m["status"] == "ok" and math.isfinite(m["ms"])),
+                      key=lambda t: t[0])
+    chosen: list[dict] = []
+    for ms, config in measured:
+        if len(chosen) == candidates or ms > measured[0][0] * (1.0 + within):
+            break
+        if config not in chosen:
+            chosen.append(config)
+    if len(chosen) < 2:
+        return None
+    times: list[list[float]] = [[] for _ in chosen]
+    for r in range(max(1, rounds)):
+        order = [(r + i) % len(chosen) for i in range(len(chosen))]
+        for i, m in zip(order, remeasure([chosen[i] for i in order]), strict=True):
+            times[i].append(float(m["ms"]) if m.get("status") == "ok" and m.get("ms") is not None else math.nan)
+    finished = [(statistics.median(t), i) for i, t in enumerate(times) if all(math.isfinite(x) for x in t)]
+    if not finished:
+        warnings.warn(f"none of the {len(chosen)} best configs ran correctly when timed again; the session's "
+                      "first measurements stand, but check the device", stacklevel=3)
+        return None
+    best_ms, best = min(finished)
+    return chosen[best], best_ms, [(c, t) for c, t in zip(chosen, times, strict=True)]
 
 
 def _storable(measurement: dict) -> dict:
@@ -335,13 +406,15 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
         limits = H200 if interpret else device_limits(0)
     problem = builtin_problem(kernel, shape, dtype, device_name(interpret))
     own_pool = measure_pool is None
-    pool = measure_pool or MeasurePool(BuiltinJob(kernel.name, dict(shape), dtype), devices, settings or _settings())
+    settings = settings or _settings()
+    pool = measure_pool or MeasurePool(BuiltinJob(kernel.name, dict(shape), dtype), devices, settings)
     stage = StaticStage(CompilePool(workers=workers, timeout_s=compile_timeout_s),
                         builtin_describer(kernel, shape, dtype, limits))
     try:
         return run_session(problem, space, pool.measure, static=stage, strategy=strategy, max_evals=max_evals,
                            max_seconds=max_seconds, seed=seed, options=options, store=store, source=source,
-                           on_trial=on_trial, prefetch=prefetch)
+                           on_trial=on_trial, prefetch=prefetch, confirm=settings.confirm,
+                           confirm_rounds=settings.confirm_rounds, confirm_within=settings.confirm_within)
     finally:
         stage.close()
         if own_pool:
