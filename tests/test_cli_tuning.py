@@ -97,6 +97,13 @@ def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_
     assert result["best_config"] == winner["config"] and result["best_ms"] == statistics.median(winner["ms"])
     stored = _core.Store(str(db))
     assert stored.count() == 6 + 3 * len(confirmed)
+    # Each stored row has the static analysis of its binary, occupancy included: these small
+    # programs fill half the H200's 64 warp slots with 32 resident one-warp blocks (its most), and
+    # all of them with 16 four-warp blocks.
+    (problem,) = stored.problems()
+    rows = stored.rows(problem)
+    assert all(m["n_regs"] > 0 and 0 < m["occupancy"] <= 1 for _, m in rows)
+    assert {(c["num_warps"], m["occupancy"]) for c, m in rows} <= {(1, 0.5), (4, 1.0)}
 
     code, out, _ = run(capsys, "tune", *TINY_SOFTMAX, "--space", TINY_SPACE, "--budget", "2", "--db", str(db))
     assert code == 0 and "not GPU times" in out and "best:" in out

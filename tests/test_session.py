@@ -21,7 +21,7 @@ from dr_kernel.store import open_store
 
 def pretend_compile(request: CompileRequest) -> StaticReport:
     """X=3 needs too much shared memory, X=4 times out, X=5 fails to compile; binaries are X // 2
-    except for X=7, whose resource usage cannot be read; registers are 10 * X."""
+    except for X=7, whose resource usage cannot be read; registers are 10 * X, occupancy 1 / (X + 1)."""
     x = request.config["X"]
     report = StaticReport(kernel="fake", config=dict(request.config), compile_s=0.5)
     if x == 4:
@@ -32,6 +32,7 @@ def pretend_compile(request: CompileRequest) -> StaticReport:
         report.binary_hash, report.reason = "seven", "compiled, but its resource usage could not be read: ?"
     else:
         report.binary_hash, report.n_regs, report.n_spills, report.shared = f"b{x // 2}", 10 * x, 0, 1000 * x
+        report.occupancy = 1 / (x + 1)
         report.valid = x != 3
         report.reason = "" if report.valid else "needs 300000 B of shared memory; the NVIDIA H200 allows 232448 B"
     return report
@@ -213,7 +214,8 @@ def test_the_best_configs_are_timed_again_and_the_lowest_median_wins(tmp_path):
     assert result.confirmed == [({"X": 0}, [1.20] * 3), ({"X": 2}, [1.05] * 3), ({"X": 6}, [1.02] * 3)]
     # Re-timings are stored like other results, with the binary's resource usage.
     rows = [m for c, m in store.rows(dict(PROBLEM)) if c == {"X": 6}]
-    assert [m["ms"] for m in rows] == [1.06, 1.02, 1.02, 1.02] and all(m["n_regs"] == 60 for m in rows)
+    assert [m["ms"] for m in rows] == [1.06, 1.02, 1.02, 1.02]
+    assert all(m["n_regs"] == 60 and m["occupancy"] == pytest.approx(1 / 7) for m in rows)
 
 
 def test_a_candidate_that_fails_when_timed_again_cannot_win():

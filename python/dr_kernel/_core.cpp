@@ -83,6 +83,7 @@ nb::dict FromMeasurement(const Measurement& m) {
   d["ms"] = m.ms, d["ms_p20"] = m.ms_p20, d["ms_p80"] = m.ms_p80;
   d["compile_s"] = m.compile_s, d["load_s"] = m.load_s, d["relerr"] = m.relerr;
   d["n_regs"] = m.n_regs, d["n_spills"] = m.n_spills, d["shared"] = m.shared;
+  d["occupancy"] = m.occupancy;
   d["error"] = m.error;
   return d;
 }
@@ -98,6 +99,7 @@ Measurement ToMeasurement(const nb::dict& d) {
   };
   number("ms", m.ms), number("ms_p20", m.ms_p20), number("ms_p80", m.ms_p80);
   number("compile_s", m.compile_s), number("load_s", m.load_s), number("relerr", m.relerr);
+  number("occupancy", m.occupancy);
   if (d.contains("n_regs") && !d["n_regs"].is_none()) m.n_regs = nb::cast<int>(d["n_regs"]);
   if (d.contains("n_spills") && !d["n_spills"].is_none()) m.n_spills = nb::cast<int>(d["n_spills"]);
   if (d.contains("shared") && !d["shared"].is_none()) m.shared = nb::cast<int64_t>(d["shared"]);

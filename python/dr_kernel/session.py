@@ -49,10 +49,10 @@ def _key(config: Mapping[str, Any]) -> tuple:
 
 
 def static_fields(report: StaticReport) -> dict[str, Any]:
-    """Returns what a static report adds to a measurement: compile seconds, registers, spills and
-    shared memory, in the recorded tables' field names (unknown values left out)."""
+    """Returns what a static report adds to a measurement: compile seconds, registers, spills,
+    shared memory and theoretical occupancy, in the store's field names (unknown values left out)."""
     fields = {"compile_s": report.compile_s, "n_regs": report.n_regs, "n_spills": report.n_spills,
-              "shared": report.shared}
+              "shared": report.shared, "occupancy": report.occupancy}
     return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -293,7 +293,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             measurements = [dict(m) for m, _ in measure(configs, math.inf)]
             for config, m in zip(configs, measurements, strict=True):
                 # The binary is the one compiled before: its resource usage is known.
-                m.update({k: first[_key(config)][k] for k in ("n_regs", "n_spills", "shared")
+                m.update({k: first[_key(config)][k] for k in ("n_regs", "n_spills", "shared", "occupancy")
                           if k in first[_key(config)]})
                 if store is not None:
                     store.add(dict(problem), config, _storable(m), source)

@@ -62,6 +62,7 @@ struct Measurement {
   int n_regs = -1;       // Registers per thread of the compiled kernel.
   int n_spills = -1;     // Spilled registers.
   int64_t shared = -1;   // Static shared memory in bytes.
+  double occupancy = kNaN;  // Theoretical occupancy (resident warps / the SM's most) of the binary.
   std::string error;     // Why it failed, when it did.
 
   bool ok() const { return status == Status::kOk; }

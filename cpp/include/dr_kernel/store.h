@@ -45,7 +45,8 @@ struct Winner {
 class Store {
  public:
   // The schema this build writes (PRAGMA user_version); a database of a newer one is refused.
-  static constexpr int kSchemaVersion = 1;
+  // Version 2 added measurements.occupancy; a version-1 file gains the column when opened.
+  static constexpr int kSchemaVersion = 2;
   // Marks the file as a dr_kernel results database (PRAGMA application_id, "drkS").
   static constexpr int32_t kApplicationId = 0x64726b53;
 

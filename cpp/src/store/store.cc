@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS measurements (
   n_regs INTEGER,
   n_spills INTEGER,
   shared INTEGER,
+  occupancy REAL,        -- Theoretical occupancy of the binary, 0..1 (static analysis).
   error TEXT,
   t REAL,                -- Seconds since its recording started (the recorded tables' 't').
   source TEXT NOT NULL,  -- "gpu", "replay", a file name.
@@ -73,7 +74,7 @@ CREATE TABLE IF NOT EXISTS winners (
 
 // The measurement columns in the order ReadRow reads them and InsertRow binds them.
 constexpr const char* kRowColumns =
-    "config, status, ms, ms_p20, ms_p80, compile_s, load_s, relerr, n_regs, n_spills, shared, error, t";
+    "config, status, ms, ms_p20, ms_p80, compile_s, load_s, relerr, n_regs, n_spills, shared, occupancy, error, t";
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -316,7 +317,7 @@ void InsertRows(sqlite3* db, const std::string& path, const Problem& problem, in
                 const std::vector<TableRow>& rows, const std::string& source) {
   Statement insert(db, path,
                    std::string("INSERT INTO measurements (problem_id, ") + kRowColumns +
-                       ", source, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       ", source, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    "adding a measurement");
   const double now = NowSeconds();
   for (const auto& row : rows) {
@@ -336,10 +337,11 @@ void InsertRows(sqlite3* db, const std::string& path, const Problem& problem, in
     insert.Bind(10, static_cast<int64_t>(m.n_regs));
     insert.Bind(11, static_cast<int64_t>(m.n_spills));
     insert.Bind(12, m.shared);
-    insert.BindOptional(13, m.error);
-    insert.Bind(14, row.t);
-    insert.Bind(15, source);
-    insert.Bind(16, now);
+    insert.Bind(13, m.occupancy);
+    insert.BindOptional(14, m.error);
+    insert.Bind(15, row.t);
+    insert.Bind(16, source);
+    insert.Bind(17, now);
     insert.Run();
   }
 }
@@ -374,8 +376,9 @@ TableRow ReadRow(const Statement& s, int first, const std::string& path) {
   m.n_regs = static_cast<int>(s.Int(first + 8));
   m.n_spills = static_cast<int>(s.Int(first + 9));
   m.shared = s.Int(first + 10);
-  m.error = s.Text(first + 11);
-  row.t = s.Double(first + 12);
+  m.occupancy = s.Double(first + 11);
+  m.error = s.Text(first + 12);
+  row.t = s.Double(first + 13);
   return row;
 }
 
@@ -435,6 +438,10 @@ Store::Store(const std::string& path) : path_(path) {
     Transaction tx(db, path_, Transaction::Kind::kWrite, "creating the results database");
     id = ReadIdentity(db, path_);
     CheckIdentity(id, path_);
+    if (id.user_version == 1) {
+      // Version 1 lacked the occupancy of a measurement: its rows keep NULL there (unknown).
+      Exec(db, path_, "ALTER TABLE measurements ADD COLUMN occupancy REAL", "upgrading the results database");
+    }
     if (id.user_version < kSchemaVersion) {
       Exec(db, path_, kSchemaSql, "creating the results database");
       Exec(db, path_, ("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str(),

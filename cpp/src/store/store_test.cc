@@ -62,6 +62,7 @@ TableRow OkRow(int64_t block, double ms) {
   m.n_regs = 32;
   m.n_spills = 0;
   m.shared = 8;
+  m.occupancy = 0.5;
   row.t = 12.5;
   return row;
 }
@@ -85,6 +86,7 @@ void ExpectSameRow(const TableRow& want, const TableRow& got, const std::string&
   EXPECT_EQ(a.n_regs, b.n_regs);
   EXPECT_EQ(a.n_spills, b.n_spills);
   EXPECT_EQ(a.shared, b.shared);
+  EXPECT_TRUE(SameNumber(a.occupancy, b.occupancy)) << a.occupancy << " vs " << b.occupancy;
   EXPECT_EQ(a.error, b.error);
   EXPECT_TRUE(SameNumber(want.t, got.t)) << want.t << " vs " << got.t;
 }
@@ -381,6 +383,42 @@ TEST_F(StoreTest, RejectsANewerSchema) {
   EXPECT_NE(error.find("newer dr_kernel"), std::string::npos) << error;
   EXPECT_NE(error.find("schema version " + std::to_string(Store::kSchemaVersion + 1)), std::string::npos)
       << error;
+}
+
+TEST_F(StoreTest, UpgradesAVersionOneFileKeepingItsRows) {
+  // A results file as dr_kernel wrote it before measurements had an occupancy column.
+  RawExec(path_,
+          "CREATE TABLE problems (id INTEGER PRIMARY KEY, problem_key TEXT NOT NULL UNIQUE, family TEXT NOT NULL,"
+          " shape TEXT NOT NULL, device TEXT NOT NULL, dtype TEXT NOT NULL, created REAL NOT NULL);"
+          "CREATE TABLE measurements (id INTEGER PRIMARY KEY, problem_id INTEGER NOT NULL REFERENCES problems(id),"
+          " config TEXT NOT NULL, status TEXT NOT NULL, ms REAL, ms_p20 REAL, ms_p80 REAL, compile_s REAL,"
+          " load_s REAL, relerr REAL, n_regs INTEGER, n_spills INTEGER, shared INTEGER, error TEXT, t REAL,"
+          " source TEXT NOT NULL, created REAL NOT NULL);"
+          "CREATE TABLE winners (cache_key TEXT PRIMARY KEY, config TEXT NOT NULL, ms REAL,"
+          " evaluations INTEGER NOT NULL, created REAL NOT NULL);"
+          "INSERT INTO problems VALUES (1, 'softmax|{\"rows\":4096,\"cols\":4096}|NVIDIA H200|fp16', 'softmax',"
+          " '{\"rows\":4096,\"cols\":4096}', 'NVIDIA H200', 'fp16', 0);"
+          "INSERT INTO measurements (problem_id, config, status, ms, n_regs, source, created) VALUES"
+          " (1, '{\"BLOCK\":1024,\"num_warps\":4,\"num_stages\":2}', 'ok', 0.03, 32, 'gpu', 0);"
+          "INSERT INTO winners VALUES ('k', '{\"BLOCK\":1024}', 0.03, 7, 0);"
+          "PRAGMA application_id = " + std::to_string(Store::kApplicationId) + "; PRAGMA user_version = 1;");
+  Store store(path_);
+  EXPECT_EQ(RawPragma(path_, "user_version"), std::to_string(Store::kSchemaVersion));
+  const Problem problem = SoftmaxProblem();
+  auto rows = store.Rows(problem);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].measurement.ms, 0.03);
+  EXPECT_EQ(rows[0].measurement.n_regs, 32);
+  EXPECT_TRUE(std::isnan(rows[0].measurement.occupancy));  // Not known then.
+  ASSERT_TRUE(store.GetWinner("k").has_value());
+  EXPECT_EQ(store.GetWinner("k")->evaluations, 7);
+  store.Add(problem, OkRow(512, 0.04), "gpu");
+  rows = store.Rows(problem);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].measurement.occupancy, 0.5);
+  // Opening the upgraded file again changes nothing.
+  Store again(path_);
+  EXPECT_EQ(again.Count(problem), 2);
 }
 
 TEST_F(StoreTest, ReportsADamagedFile) {

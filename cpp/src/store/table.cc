@@ -137,6 +137,7 @@ std::vector<ProblemTable> ParseTables(std::istream& in, const std::string& name)
       m.n_regs = static_cast<int>(r.Integer(row, "n_regs"));
       m.n_spills = static_cast<int>(r.Integer(row, "n_spills"));
       m.shared = r.Integer(row, "shared");
+      m.occupancy = r.Number(row, "occupancy");
       if (row.contains("error") && !row["error"].is_null()) m.error = r.String(row, "error");
       if (m.ok() && !(m.ms > 0)) r.Fail("an 'ok' row needs a positive 'ms'");
       out.t = r.Number(row, "t");
@@ -204,6 +205,7 @@ std::string MeasureRowJson(const Problem& problem, const TableRow& row) {
   PutInt(out, "n_regs", m.n_regs);
   PutInt(out, "n_spills", m.n_spills);
   PutInt(out, "shared", m.shared);
+  PutNumber(out, "occupancy", m.occupancy);
   out += ",\"status\":\"" + std::string(ToString(m.status)) + "\"";
   PutNumber(out, "relerr", m.relerr);
   PutNumber(out, "ms", m.ms);
