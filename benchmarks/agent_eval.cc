@@ -4,8 +4,17 @@
 //
 //   build/cpp-tests/agent_eval [--ppo-steps N] [--bc-episodes N] [--repeats R] [--budget B]
 //                              [--problems i,j,...] [--ablations 0|1] [--refit N]
+//                              [--tables first|all] [--json PATH] [--sampled 0|1]
+//
+// --tables first (the default) holds out each of the 8 problems of the first three recorded
+// files, training on the other 7; --tables all does the same over every bundled table. --json
+// writes every figure per problem (evaluations to 1.05x, best/oracle at 20, 50 and 100).
+// --sampled 0 skips the agent's sampled variants (eps0.1, online), which take most of the time.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -15,6 +24,7 @@
 #include "dr_kernel/agent/agent.h"
 #include "dr_kernel/replay.h"
 #include "dr_kernel/strategy.h"
+#include <nlohmann/json.hpp>
 
 using namespace dr_kernel;
 
@@ -66,7 +76,7 @@ std::vector<uint64_t> TransferOrder(const ReplayEnv& env, const std::vector<Prob
 }
 
 struct Row {
-  std::string label;
+  std::string label, key;
   std::map<std::string, double> evals;  // Median evaluations to 1.05x per method.
   std::map<std::string, std::map<int, double>> best;  // Median best/oracle at 20, 50, 100.
 };
@@ -77,8 +87,9 @@ int main(int argc, char** argv) {
   int64_t ppo_steps = 200000, budget = 100;
   int bc_episodes = 1500, repeats = 10;
   double refit = 0;  // The ppo strategy's option: refit the session's cost model every N measurements.
-  bool ablations = true;
+  bool ablations = true, sampled = true;
   std::set<size_t> only;
+  std::string which_tables = "first", json_path;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--ppo-steps") ppo_steps = std::stoll(value);
@@ -86,7 +97,10 @@ int main(int argc, char** argv) {
     else if (flag == "--repeats") repeats = std::stoi(value);
     else if (flag == "--budget") budget = std::stoll(value);
     else if (flag == "--ablations") ablations = value != "0";
+    else if (flag == "--sampled") sampled = value != "0";
     else if (flag == "--refit") refit = std::stod(value);
+    else if (flag == "--tables") which_tables = value;
+    else if (flag == "--json") json_path = value;
     else if (flag == "--problems") {
       size_t pos = 0;
       while (pos < value.size()) {
@@ -101,7 +115,17 @@ int main(int argc, char** argv) {
     }
   }
   const std::string dir = DR_KERNEL_DATA_DIR;
-  const auto tables = ReadTables({dir + "/matmul.jsonl", dir + "/softmax.jsonl", dir + "/attention.jsonl"});
+  std::vector<std::string> files = {dir + "/matmul.jsonl", dir + "/softmax.jsonl", dir + "/attention.jsonl"};
+  if (which_tables == "all") {
+    files.clear();
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      if (entry.path().extension() == ".jsonl") files.push_back(entry.path().string());
+    std::sort(files.begin(), files.end());
+  } else if (which_tables != "first") {
+    std::fprintf(stderr, "--tables takes first or all, not %s\n", which_tables.c_str());
+    return 2;
+  }
+  const auto tables = ReadTables(files);
 
   struct Variant {
     std::string name;
@@ -123,6 +147,7 @@ int main(int argc, char** argv) {
     const std::vector<ProblemTable> held{tables[h]};
     Row row;
     row.label = tables[h].problem.Label();
+    row.key = tables[h].problem.Key();
     ReplaySettings settings;
     settings.budget = budget;
     settings.repeats = repeats;
@@ -158,7 +183,7 @@ int main(int argc, char** argv) {
       settings.options = {{"epsilon", 0.0}, {"refit", refit}};
       settings.repeats = 1;  // Greedy: every run is the same.
       record(v.name, Replay(held, settings));
-      if (v.name == "ppo") {
+      if (v.name == "ppo" && sampled) {
         settings.options = {{"epsilon", 0.1}, {"refit", refit}};
         settings.repeats = repeats;
         record("ppo eps0.1", Replay(held, settings));
@@ -176,7 +201,8 @@ int main(int argc, char** argv) {
     rows.push_back(row);
   }
   // Markdown tables.
-  std::vector<std::string> methods = {"ppo", "ppo eps0.1", "ppo online"};
+  std::vector<std::string> methods = {"ppo"};
+  if (sampled) methods.insert(methods.end(), {"ppo eps0.1", "ppo online"});
   for (const auto& v : variants)
     if (v.name != "ppo") methods.push_back(v.name);
   for (const auto& c : classic) methods.push_back(c);
@@ -215,6 +241,16 @@ int main(int argc, char** argv) {
                   b.count(100) ? b.at(100) : NAN);
     }
     std::printf("\n");
+  }
+  if (!json_path.empty()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : rows) {
+      nlohmann::json best;
+      for (const auto& [method, at] : r.best)
+        for (const auto& [k, v] : at) best[method][std::to_string(k)] = v;
+      out.push_back({{"problem", r.label}, {"key", r.key}, {"evals_to_1.05", r.evals}, {"best_over_oracle", best}});
+    }
+    std::ofstream(json_path) << out.dump(1) << "\n";
   }
   return 0;
 }
