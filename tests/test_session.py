@@ -235,3 +235,24 @@ def test_without_confirmation_or_a_close_rival_the_first_measurements_stand():
     measure = Noisy()
     result = confirmed_session(measure, confirm=3, confirm_within=0.01)  # Nobody within 1 % of X=0.
     assert len(measure.calls) == 1 and result.best_config == {"X": 0} and not result.confirmed
+
+
+@pytest.mark.parametrize("strategy", ["ppo", "random"])
+def test_with_two_measuring_gpus_the_strategy_proposes_two_configs_a_round(strategy):
+    space = make_space({"BLOCK": [256, 512, 1024, 2048, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1, 2]})
+    problem = {"family": "softmax", "shape": {"rows": 4096, "cols": 4096}, "device": "test", "dtype": ""}
+    sizes: list[int] = []
+
+    def measure(configs, best_ms):
+        sizes.append(len(configs))
+        return [({"status": "ok", "ms": 1.0 + c["BLOCK"] / 4096 + c["num_warps"] / 100}, 0.1) for c in configs]
+
+    result = run_session(problem, space, measure, strategy=strategy, max_evals=8, parallel=2)
+    # 8 configs in at most 5 rounds (the agent's walkers start from one config: its first round
+    # may measure just that one), never more than one per GPU.
+    assert result.evaluations == sum(sizes) == 8 and max(sizes) == 2 and len(sizes) <= 5
+    # A caller's own choice stands.
+    sizes.clear()
+    option = {"ppo": "walkers", "random": "batch"}[strategy]
+    run_session(problem, space, measure, strategy=strategy, max_evals=8, parallel=2, options={option: 4})
+    assert sum(sizes) == 8 and 2 < max(sizes) <= 4

@@ -292,6 +292,7 @@ class Optimized:
             session = run_session(problem, self.space, measure, static=stage, strategy=self.strategy,
                                   max_evals=self.max_evals, max_seconds=self.max_seconds, seed=self.seed,
                                   store=store, source="optimize", trust_compile_errors=False, launch_key=grid_of,
+                                  parallel=len(devices) if isolate else 1,
                                   confirm=self.settings.confirm, confirm_rounds=self.settings.confirm_rounds,
                                   confirm_within=self.settings.confirm_within)
         finally:

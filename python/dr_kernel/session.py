@@ -43,6 +43,9 @@ NEIGHBOUR_STRATEGIES = frozenset({"anneal", "ppo"})
 
 Measure = Callable[[list[dict], float], list[tuple[dict, float]]]
 
+# The option by which a strategy proposes several configs per round, for several measuring GPUs.
+PER_ROUND_OPTION = {"ppo": "walkers", "random": "batch"}
+
 
 def _key(config: Mapping[str, Any]) -> tuple:
     return tuple(sorted(config.items()))
@@ -175,7 +178,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 options: Mapping[str, float] | None = None, store=None, source: str = "tune",
                 on_trial: Callable[[dict, dict, float], None] | None = None, trust_compile_errors: bool = True,
                 launch_key: Callable[[dict], Hashable] | None = None, prefetch: bool | None = None,
-                confirm: int = 0, confirm_rounds: int = 3, confirm_within: float = 0.10) -> SessionResult:
+                confirm: int = 0, confirm_rounds: int = 3, confirm_within: float = 0.10,
+                parallel: int = 1) -> SessionResult:
     """Tunes one problem and returns what happened.
 
     `measure(configs, best_ms)` validates and times configs on the device and returns one
@@ -187,6 +191,11 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     besides the binary makes two launches differ (a user kernel's grid). `prefetch` compiles the
     neighbours of measured configs ahead of need (default: for strategies in NEIGHBOUR_STRATEGIES).
     Every result is added to `store` with `source`.
+
+    `parallel` is how many configs `measure` times at once (one per measuring GPU): strategies
+    that can propose several configs per round are asked for that many, unless `options` says
+    otherwise (ppo's walkers, random's batch; exhaustive and genetic rounds are larger anyway,
+    annealing proposes one config at a time).
 
     `confirm` > 1 times the best `confirm` distinct binaries again at the end, those within
     `confirm_within` of the best, `confirm_rounds` times each in turns (see confirm_winner()).
@@ -277,6 +286,9 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             on_trial(config, measurement, elapsed_s)
 
     options = dict(options or {})
+    per_round = PER_ROUND_OPTION.get(strategy)
+    if per_round is not None and parallel > 1:
+        options.setdefault(per_round, parallel)
     if strategy == "ppo":
         # On a GPU a measurement costs seconds, so the agent's copy of the cost model is refitted
         # with the session's measurements every 8 of them (0.1 s a refit); replays leave it off.
@@ -413,7 +425,7 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
     try:
         return run_session(problem, space, pool.measure, static=stage, strategy=strategy, max_evals=max_evals,
                            max_seconds=max_seconds, seed=seed, options=options, store=store, source=source,
-                           on_trial=on_trial, prefetch=prefetch, confirm=settings.confirm,
+                           on_trial=on_trial, prefetch=prefetch, parallel=len(devices), confirm=settings.confirm,
                            confirm_rounds=settings.confirm_rounds, confirm_within=settings.confirm_within)
     finally:
         stage.close()
