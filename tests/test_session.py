@@ -256,3 +256,18 @@ def test_with_two_measuring_gpus_the_strategy_proposes_two_configs_a_round(strat
     option = {"ppo": "walkers", "random": "batch"}[strategy]
     run_session(problem, space, measure, strategy=strategy, max_evals=8, parallel=2, options={option: 4})
     assert sum(sizes) == 8 and 2 < max(sizes) <= 4
+
+
+def test_a_failure_while_timing_again_keeps_the_search_result():
+    calls = []
+
+    def measure(configs, best_ms):
+        calls.append(len(configs))
+        if len(calls) > 1:
+            raise RuntimeError("the measuring worker on cuda:0 could not set up the kernel")
+        return [({"status": "ok", "ms": 1.0 + c["X"] / 100}, 0.1) for c in configs]
+
+    with pytest.warns(UserWarning, match="timing the best configs again failed"):
+        result = run_session(PROBLEM, make_space({"X": [0, 1, 2]}), measure, strategy="exhaustive", max_evals=3,
+                             options={"batch": 3}, confirm=3)
+    assert calls == [3, 3] and result.best_config == {"X": 0} and result.best_ms == 1.0 and not result.confirmed
