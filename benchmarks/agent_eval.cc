@@ -4,12 +4,13 @@
 //
 //   build/cpp-tests/agent_eval [--ppo-steps N] [--bc-episodes N] [--repeats R] [--budget B]
 //                              [--problems i,j,...] [--ablations 0|1] [--refit N]
-//                              [--tables first|all] [--json PATH] [--sampled 0|1]
+//                              [--tables first|all] [--json PATH] [--sampled 0|1] [--seed S]
 //
 // --tables first (the default) holds out each of the 8 problems of the first three recorded
 // files, training on the other 7; --tables all does the same over every bundled table. --json
 // writes every figure per problem (evaluations to 1.05x, best/oracle at 20, 50 and 100).
 // --sampled 0 skips the agent's sampled variants (eps0.1, online), which take most of the time.
+// --seed seeds the agent's training (default 0, as `dr-kernel train`).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
   bool ablations = true, sampled = true;
   std::set<size_t> only;
   std::string which_tables = "first", json_path;
+  uint64_t seed = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--ppo-steps") ppo_steps = std::stoll(value);
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
     else if (flag == "--refit") refit = std::stod(value);
     else if (flag == "--tables") which_tables = value;
     else if (flag == "--json") json_path = value;
+    else if (flag == "--seed") seed = std::stoull(value);
     else if (flag == "--problems") {
       size_t pos = 0;
       while (pos < value.size()) {
@@ -171,6 +174,7 @@ int main(int argc, char** argv) {
 
     for (const auto& v : variants) {
       agent::TrainOptions options;
+      options.seed = seed;
       options.use_model = v.model;
       options.pretrain.bc_episodes = v.bc ? bc_episodes : 0;
       options.pretrain.ppo_steps = v.ppo ? ppo_steps : 0;
