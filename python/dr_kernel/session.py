@@ -333,9 +333,9 @@ def confirm_winner(history: Sequence[tuple[dict, dict, float]], remeasure: Calla
 
     `history` holds (config, measurement, seconds) of configs measured on their own (a config
     whose result was copied from another with the same binary would only time that one again).
-    Candidates are its `candidates` fastest configs within `within` of the fastest. Each of `rounds` rounds
-    times every candidate once, the order rotating from round to round so that none is always
-    first after the pause; the winner has the lowest median over the rounds. A candidate that
+    Candidates are its `candidates` fastest configs within `within` of the fastest. Each of
+    `rounds` rounds times every candidate once, the order rotating from round to round so that
+    none is always first after the pause; the winner has the lowest median over the rounds. A candidate that
     fails a round (wrong results, a crash: a flaky kernel) is out: the winner must have run
     correctly every time. If every candidate fails, the session's device is in trouble and the
     first measurements stand (None).
