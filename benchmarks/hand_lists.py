@@ -13,7 +13,8 @@ no config of the list recorded is left out altogether.
 dr_kernel's figure is the median best-so-far after 50 evaluations of a replay of the table by the
 agent trained without it (leave-one-problem-out), from `agent_eval --tables all --json`:
 
-    build/cpp-tests/agent_eval --tables all --ablations 0 --sampled 0 --refit 8 --ppo-steps 1000000 --json loo.json > loo.md
+    build/cpp-tests/agent_eval --tables all --ablations 0 --sampled 0 --refit 8 \
+        --ppo-steps 1000000 --json loo.json > loo.md
     .venv/bin/python benchmarks/hand_lists.py --loo loo.json
 """
 
@@ -68,7 +69,8 @@ def main() -> None:
         "",
         __doc__.split("\n\n")[2].replace("\n", " "),
         "",
-        "    build/cpp-tests/agent_eval --tables all --ablations 0 --sampled 0 --refit 8 --ppo-steps 1000000 --json loo.json > loo.md",
+        "    build/cpp-tests/agent_eval --tables all --ablations 0 --sampled 0 --refit 8 --ppo-steps 1000000 \\",
+        "        --json loo.json > loo.md",
         f"    .venv/bin/python benchmarks/hand_lists.py --loo loo.json --evals {args.evals}",
         "",
         f"Times are the table's, relative to its best ok config (1.000 = the best). dr_kernel: {args.evals} "
