@@ -76,8 +76,10 @@ def test_mistakes_get_one_line_and_exit_status_2(capsys, args, message):
 
 def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_gpu_times(capsys, tmp_path):
     db = tmp_path / "r.db"
+    # Interpreter times are CPU times, noisy under load: a wide band makes every measured binary a
+    # candidate for the re-timing at the end.
     code, out, _ = run(capsys, "tune", *TINY_SOFTMAX, "--space", TINY_SPACE, "--budget", "6", "--seed", "1",
-                       "--db", str(db), "--json")
+                       "--confirm-within", "100", "--db", str(db), "--json")
     assert code == 0
     result = json.loads(out)
     assert result["interpreted"] and "not GPU times" in result["note"]
@@ -88,11 +90,10 @@ def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_
     assert result["best_config"]["BLOCK"] in (64, 256) and result["best_ms"] > 0
     assert all(h["n_regs"] > 0 for h in result["history"])
     assert result["reference"]["name"] == "torch.softmax" and result["reference"]["ms"] > 0
-    # The interpreter ignores num_warps, which changes the binary: configs that differ only there
-    # take the same time, so at least two were close enough to be timed 3 more times each, and
-    # the winner is the one with the lowest median of those rounds.
+    # The best 3 measured binaries were timed 3 more times each, and the winner is the one with
+    # the lowest median of those rounds.
     confirmed = result["confirmed"]
-    assert 2 <= len(confirmed) <= 3 and all(len(c["ms"]) == 3 for c in confirmed)
+    assert len(confirmed) == min(3, result["measured"]) and all(len(c["ms"]) == 3 for c in confirmed)
     winner = min(confirmed, key=lambda c: statistics.median(c["ms"]))
     assert result["best_config"] == winner["config"] and result["best_ms"] == statistics.median(winner["ms"])
     stored = _core.Store(str(db))

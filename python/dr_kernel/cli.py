@@ -420,7 +420,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     if args.confirm < 0:
         raise UsageError("--confirm takes how many of the best configs to time again at the end (0: none)")
-    settings = MeasureSettings(reps=args.reps, confirm=args.confirm)
+    if not args.confirm_within >= 0:
+        raise UsageError("--confirm-within takes a fraction of the best time, e.g. 0.1 for 10 %")
+    settings = MeasureSettings(reps=args.reps, confirm=args.confirm, confirm_within=args.confirm_within)
     try:
         result = tune_builtin(kernel, shape, dtype, strategy=strategy[0], max_evals=args.budget,
                               max_seconds=args.seconds, seed=args.seed, options=options, interpret=interpret,
@@ -636,6 +638,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--confirm", type=int, default=3,
                    help="time the best N configs (within 10%% of the best) 3 more times each at the end and keep the "
                         "lowest median (default 3; 0: keep the fastest first measurement)")
+    p.add_argument("--confirm-within", type=float, default=0.10,
+                   help="how close to the best a config must be to be timed again, as a fraction (default 0.10; "
+                        "wider on a noisy machine)")
     p.add_argument("--interpret", action="store_true",
                    help="measure in Triton's interpreter on the CPU (small shapes; not GPU times)")
     p.add_argument("--json", action="store_true", help="print one JSON object, with every evaluation")
