@@ -224,7 +224,7 @@ def run_problem(name: str, args, store) -> dict:
         "statuses": session.statuses(), "tuning_wall_s": session.wall_s,
         "tuning_charged_s": session.history[-1][2] if session.history else 0.0,
         "best_config": session.best_config, "best_ms_while_tuning": session.best_ms,
-        "confirmed": [{"config": c, "ms": [t if t == t else None for t in times]} for c, times in session.confirmed],
+        "confirmed": session.confirmed_json(),
         # Mean first-launch seconds of the measured configs: near 0 when the measuring worker found
         # the compile pool's binaries in Triton's cache, seconds when it compiled again.
         "mean_load_s": sum(loads) / len(loads) if loads else None,

@@ -438,7 +438,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
            "refused": result.refused, "copied": result.copied, "statuses": result.statuses(),
            "tuning_s": result.history[-1][2] if result.history else 0.0, "wall_s": result.wall_s,
            "best_config": result.best_config, "best_ms": result.best_ms if result.best_config else None,
-           "confirmed": [{"config": c, "ms": [t if t == t else None for t in times]} for c, times in result.confirmed],
+           "confirmed": result.confirmed_json(),
            "db": str(store.path)}
     if interpret:
         out["note"] = INTERPRETER_NOTE

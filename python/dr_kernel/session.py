@@ -168,6 +168,10 @@ class SessionResult:
     def evaluations(self) -> int:
         return len(self.history)
 
+    def confirmed_json(self) -> list[dict]:
+        """The confirmation rounds as JSON: one {"config", "ms"} per candidate, failed rounds null."""
+        return [{"config": c, "ms": [t if math.isfinite(t) else None for t in times]} for c, times in self.confirmed]
+
     def statuses(self) -> dict[str, int]:
         counts: dict[str, int] = collections.Counter(m["status"] for _, m, _ in self.history)
         return dict(counts)
