@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "test_util.h"
 
@@ -125,6 +126,22 @@ bool AwayFromKinks(const PpoFixture& f, double margin) {
   return true;
 }
 
+// Which network of an actor-critic a numeric gradient is taken in.
+enum class Net { kActor, kCritic };
+
+// The gradient of loss(model) in the parameters of one of its networks, by central differences.
+Eigen::VectorXd NumericGradientIn(const ActorCritic& model, Net net,
+                                  const std::function<double(const ActorCritic&)>& loss) {
+  const auto& params = net == Net::kActor ? model.actor().params() : model.critic().params();
+  return NumericGradient(
+      [&](const Eigen::VectorXd& p) {
+        ActorCritic m = model;
+        (net == Net::kActor ? m.actor() : m.critic()).set_params(p);
+        return loss(m);
+      },
+      params);
+}
+
 TEST(PpoLossTest, GradientMatchesFiniteDifferences) {
   uint64_t seed = 21;
   PpoFixture f = MakePpoFixture(seed);
@@ -139,21 +156,13 @@ TEST(PpoLossTest, GradientMatchesFiniteDifferences) {
   EXPECT_GT(loss.approx_kl, 0.0);
   EXPECT_NEAR(loss.total, loss.policy + 0.7 * loss.value - 0.05 * loss.entropy, 1e-12);
 
-  const Eigen::VectorXd numeric_actor = NumericGradient(
-      [&](const Eigen::VectorXd& p) {
-        ActorCritic m = f.model;
-        m.actor().set_params(p);
-        return PpoLossAndGradient(m, f.batch, f.config, nullptr, nullptr).total;
-      },
-      f.model.actor().params());
+  // Reads f.config when called: the value-clip change below applies to it.
+  const auto ppo_loss = [&](const ActorCritic& m) {
+    return PpoLossAndGradient(m, f.batch, f.config, nullptr, nullptr).total;
+  };
+  const Eigen::VectorXd numeric_actor = NumericGradientIn(f.model, Net::kActor, ppo_loss);
   EXPECT_LT(RelativeError(actor_grad, numeric_actor), 1e-6);
-  const Eigen::VectorXd numeric_critic = NumericGradient(
-      [&](const Eigen::VectorXd& p) {
-        ActorCritic m = f.model;
-        m.critic().set_params(p);
-        return PpoLossAndGradient(m, f.batch, f.config, nullptr, nullptr).total;
-      },
-      f.model.critic().params());
+  const Eigen::VectorXd numeric_critic = NumericGradientIn(f.model, Net::kCritic, ppo_loss);
   EXPECT_LT(RelativeError(critic_grad, numeric_critic), 1e-6);
 
   // Without value clipping, too; the clipped value loss is the larger (pessimistic) one.
@@ -162,13 +171,7 @@ TEST(PpoLossTest, GradientMatchesFiniteDifferences) {
   const PpoLoss plain = PpoLossAndGradient(f.model, f.batch, f.config, nullptr, &critic_grad);
   EXPECT_GT(loss.value, plain.value);
   EXPECT_EQ(loss.policy, plain.policy);
-  const Eigen::VectorXd numeric_plain = NumericGradient(
-      [&](const Eigen::VectorXd& p) {
-        ActorCritic m = f.model;
-        m.critic().set_params(p);
-        return PpoLossAndGradient(m, f.batch, f.config, nullptr, nullptr).total;
-      },
-      f.model.critic().params());
+  const Eigen::VectorXd numeric_plain = NumericGradientIn(f.model, Net::kCritic, ppo_loss);
   EXPECT_LT(RelativeError(critic_grad, numeric_plain), 1e-6);
 }
 
@@ -197,21 +200,10 @@ TEST(BcLossTest, GradientMatchesFiniteDifferences) {
   const BcLoss loss = BcLossAndGradient(f.model, demo, config, &actor_grad, &critic_grad);
   EXPECT_GT(loss.cross_entropy, 0.0);
   EXPECT_GT(loss.value, 0.0);
-  const Eigen::VectorXd numeric_actor = NumericGradient(
-      [&](const Eigen::VectorXd& p) {
-        ActorCritic m = f.model;
-        m.actor().set_params(p);
-        return BcLossAndGradient(m, demo, config, nullptr, nullptr).total;
-      },
-      f.model.actor().params());
+  const auto bc_loss = [&](const ActorCritic& m) { return BcLossAndGradient(m, demo, config, nullptr, nullptr).total; };
+  const Eigen::VectorXd numeric_actor = NumericGradientIn(f.model, Net::kActor, bc_loss);
   EXPECT_LT(RelativeError(actor_grad, numeric_actor), 1e-6);
-  const Eigen::VectorXd numeric_critic = NumericGradient(
-      [&](const Eigen::VectorXd& p) {
-        ActorCritic m = f.model;
-        m.critic().set_params(p);
-        return BcLossAndGradient(m, demo, config, nullptr, nullptr).total;
-      },
-      f.model.critic().params());
+  const Eigen::VectorXd numeric_critic = NumericGradientIn(f.model, Net::kCritic, bc_loss);
   EXPECT_LT(RelativeError(critic_grad, numeric_critic), 1e-6);
 
   // An expert action the mask forbids is a data error.
