@@ -30,13 +30,14 @@ def recorded_rows(family: str, kind: str) -> list[dict]:
 
 # ----- descriptions ------------------------------------------------------------------------------
 
-def test_registry_holds_the_four_families_and_get_names_them_on_a_miss():
-    assert set(BUILTINS) == {"matmul", "softmax", "attention", "rmsnorm"}
+def test_registry_holds_every_family_and_get_names_them_on_a_miss():
+    assert set(BUILTINS) == {"matmul", "softmax", "attention", "rmsnorm", "layernorm", "layernorm_bwd",
+                             "cross_entropy", "swiglu", "cumsum", "grouped_matmul", "fp8_matmul"}
     assert kernels.get("softmax") is BUILTINS["softmax"]
     with pytest.raises(UnknownKernelError) as caught:
         kernels.get("conv2d")
     message = str(caught.value)
-    assert "'conv2d'" in message and "attention, matmul, rmsnorm, softmax" in message
+    assert "'conv2d'" in message and "attention, cross_entropy, cumsum, fp8_matmul" in message
 
 
 def test_spaces_keep_the_recorded_parameter_names_and_values():
