@@ -35,6 +35,11 @@ def _load_shipped_agent() -> None:
 _load_shipped_agent()
 
 
-from .decorator import optimize  # noqa: E402 -- the package's one public entry point.
+# The two doors: @optimize (dr_kernel's signature) and autotune (triton.autotune's, for code we did
+# not write; install() puts it in triton.autotune's place for the whole process).
+from .autotune import autotune  # noqa: E402
+from .decorator import optimize  # noqa: E402
+from .switch import install, installed, kept, taken_over, uninstall  # noqa: E402
 
-__all__ = ["DATA_DIR", "bundled_tables", "optimize"]
+__all__ = ["DATA_DIR", "autotune", "bundled_tables", "install", "installed", "kept", "optimize", "taken_over",
+           "uninstall"]

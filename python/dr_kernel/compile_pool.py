@@ -76,16 +76,29 @@ def function_reference(fn: Any) -> str:
 
 
 def resolve_function(reference: str) -> Any:
-    """Returns the object a "module:qualname" reference names; for a kernel decorated with
-    @optimize, the name is bound to the Optimized wrapper, and the @triton.jit function inside it
-    is returned."""
+    """Returns the @triton.jit function a "module:qualname" reference names. The name may be
+    bound to a wrapper around it (triton.autotune, triton.heuristics, dr_kernel's decorators, in
+    any stacking): each wrapper keeps what it wraps in `.fn`, which is followed down to the
+    kernel, without this module knowing the wrappers."""
     module, _, qualname = reference.partition(":")
     target = importlib.import_module(module)
     for part in qualname.split("."):
         target = getattr(target, part)
-    from .decorator import Optimized
+    return jit_function(target)
 
-    return target.fn if isinstance(target, Optimized) else target
+
+def jit_function(kernel: Any) -> Any:
+    """The @triton.jit function (JITFunction, or InterpretedFunction under TRITON_INTERPRET=1)
+    under any stack of wrappers that keep what they wrap in `.fn`."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    while not isinstance(kernel, (JITFunction, InterpretedFunction)):
+        inner = getattr(kernel, "fn", None)
+        if inner is None:
+            raise TypeError(f"{kernel!r} is not a @triton.jit function nor a decorator wrapping one")
+        kernel = inner
+    return kernel
 
 
 def _portable(request: CompileRequest) -> CompileRequest:

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from .checking import classify
+
 
 @dataclass
 class MeasureSettings:
@@ -64,9 +66,43 @@ class Job:
         """The correct values of outputs(), or None to take the first valid config's."""
         return None
 
-    def before_launch(self, state: Any) -> None:
+    def before_launch(self, state: Any, config: dict) -> None:
         """Restores inputs a launch modifies in place (triton.autotune's restore_value and
-        reset_to_zero)."""
+        reset_to_zero) and runs the hooks that go before a launch."""
+
+    def after_launch(self, state: Any, config: dict) -> None:
+        """Runs the hooks that go after a launch."""
+
+    def checked_launch(self, state: Any, config: dict) -> list:
+        """Launches `config` once for checking and returns its outputs. By default the outputs
+        are poisoned first, so that an element the launch does not write cannot pass."""
+        outs = self.outputs(state)
+        for t in outs:
+            _poison(t)
+        self.before_launch(state, config)
+        self.launch(state, config)
+        self.after_launch(state, config)
+        return outs
+
+    def check(self, state: Any, outs: list, reference: list | None, settings: MeasureSettings
+              ) -> tuple[float, str | None]:
+        """Returns (relative error, None) when `outs` are correct, else (error, why not)."""
+        if reference is not None:
+            if len(reference) != len(outs):
+                return math.inf, (f"the reference gives {len(reference)} tensors for the {len(outs)} the kernel "
+                                  "writes; return one per output, in the order of `outputs`")
+            relerr = max(relative_error(o, r) for o, r in zip(outs, reference, strict=True))
+        elif any(not _finite(o) for o in outs if o.dtype.is_floating_point):
+            relerr = math.inf  # The first valid config becomes the reference: it must write every element.
+        else:
+            relerr = 0.0
+        if not relerr < settings.max_relerr:
+            return relerr, f"relative error {relerr:.3g} is over {settings.max_relerr}"
+        return relerr, None
+
+    def keep(self, outs: list) -> list:
+        """A copy of correct outputs, to serve as the reference for later configs."""
+        return [o.clone() for o in outs]
 
 
 def relative_error(out, ref) -> float:
@@ -76,6 +112,12 @@ def relative_error(out, ref) -> float:
     if not math.isfinite(diff):
         return math.inf
     return diff / scale if scale > 0 else diff
+
+
+def _finite(tensor) -> bool:
+    import torch
+
+    return bool(torch.isfinite(tensor.float()).all())
 
 
 def _poison(tensor) -> None:
@@ -118,59 +160,36 @@ def measure_config(job: Job, state: Any, config: dict, reference: list | None, b
     has none)."""
     import torch
 
-    def validation_launch() -> list:
-        outs = job.outputs(state)
-        for t in outs:
-            _poison(t)
-        job.before_launch(state)
-        job.launch(state, config)
-        if timer.cuda:
-            torch.cuda.synchronize()
-        return outs
-
     start = time.perf_counter()
     try:
-        outs = validation_launch()
-        if not outs:
-            # The job learns its outputs from its first launch; validate on poisoned ones now.
-            outs = validation_launch()
-    except Exception as e:  # noqa: BLE001 -- any launch failure is this config's result.
-        return _failure(e), None
+        outs = job.checked_launch(state, config)
+        if timer.cuda:
+            torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 -- classified: the config's failure, or a launch error.
+        return classify(e), None
     load_s = time.perf_counter() - start
     if not outs:
         return {"status": "wrong", "load_s": load_s, "error": "the launch wrote no tensor"}, None
 
-    relerr = 0.0
-    if reference is not None:
-        if len(reference) != len(outs):
-            return {"status": "wrong", "load_s": load_s,
-                    "error": f"the reference gives {len(reference)} tensors for the {len(outs)} the kernel writes; "
-                             "return one per output, in the order of `outputs`"}, None
-        relerr = max(relative_error(o, r) for o, r in zip(outs, reference, strict=True))
-    elif any(not bool(torch.isfinite(o.float()).all()) for o in outs if o.dtype.is_floating_point):
-        relerr = math.inf  # The first valid config becomes the reference: it must write every element.
-    if not relerr < settings.max_relerr:
-        return {"status": "wrong", "relerr": relerr, "load_s": load_s,
-                "error": f"relative error {relerr:.3g} is over {settings.max_relerr}"}, None
-    kept = [o.clone() for o in outs] if reference is None else None
+    relerr, problem = job.check(state, outs, reference, settings)
+    if problem is not None:
+        return {"status": "wrong", "relerr": relerr, "load_s": load_s, "error": problem}, None
+    kept = job.keep(outs) if reference is None else None
 
     times: list[float] = []
-    for _ in range(settings.reps):
-        job.before_launch(state)
-        times.append(timer.time_ms(lambda: job.launch(state, config)))
-        if len(times) >= settings.min_reps and statistics.median(times) > settings.stop_factor * best_ms:
-            break  # Clearly slower than the best: more launches would not change the decision.
+    try:
+        for _ in range(settings.reps):
+            job.before_launch(state, config)
+            times.append(timer.time_ms(lambda: job.launch(state, config)))
+            job.after_launch(state, config)
+            if len(times) >= settings.min_reps and statistics.median(times) > settings.stop_factor * best_ms:
+                break  # Clearly slower than the best: more launches would not change the decision.
+    except Exception as e:  # noqa: BLE001 -- as for the checked launch.
+        return classify(e), None
     times.sort()
     q = statistics.quantiles(times, n=5, method="inclusive") if len(times) > 1 else [times[0]] * 4
     return {"status": "ok", "ms": statistics.median(times), "ms_p20": q[0], "ms_p80": q[3],
             "relerr": relerr, "load_s": load_s, "reps": len(times)}, kept
-
-
-def _failure(e: BaseException) -> dict:
-    text = f"{type(e).__name__}: {e}"
-    resources = "OutOfResources" in type(e).__name__ or "out of resource" in text
-    status = "out_of_resources" if resources else "compile_error"
-    return {"status": status, "error": text[:2000]}
 
 
 def _child_entry(fd: int) -> None:

@@ -89,8 +89,9 @@ class StaticStage:
     """
 
     def __init__(self, pool: CompilePool, describe: Callable[[dict], CompileRequest],
-                 max_guesses: int | None = None) -> None:
+                 max_guesses: int | None = None, own_pool: bool = True) -> None:
         self.pool = pool
+        self.own_pool = own_pool  # False: the pool serves others too; close() only drops this stage's work.
         self.describe = describe
         self.max_guesses = max_guesses if max_guesses is not None else 4 * pool.workers
         self.reports: dict[tuple, StaticReport] = {}
@@ -100,7 +101,14 @@ class StaticStage:
         self.guessed = 0  # Guesses that finished compiling.
 
     def close(self) -> None:
-        self.pool.close()
+        if self.own_pool:
+            self.pool.close()
+            return
+        for ticket in list(self._keys):
+            self.pool.cancel(ticket)
+        self._keys.clear()
+        self._tickets.clear()
+        self._guesses.clear()
 
     def _submit(self, config: dict, speculative: bool) -> None:
         key = _key(config)
@@ -183,7 +191,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 on_trial: Callable[[dict, dict, float], None] | None = None, trust_compile_errors: bool = True,
                 launch_key: Callable[[dict], Hashable] | None = None, prefetch: bool | None = None,
                 confirm: int = 0, confirm_rounds: int = 3, confirm_within: float = 0.10,
-                parallel: int = 1) -> SessionResult:
+                parallel: int = 1, known: Mapping[tuple, dict] | None = None) -> SessionResult:
     """Tunes one problem and returns what happened.
 
     `measure(configs, best_ms)` validates and times configs on the device and returns one
@@ -203,6 +211,10 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
 
     `confirm` > 1 times the best `confirm` distinct binaries again at the end, those within
     `confirm_within` of the best, `confirm_rounds` times each in turns (see confirm_winner()).
+
+    `known` maps configs (as sorted item tuples) measured before, in an earlier session over a
+    smaller space, to their measurements: a proposal of one of them counts as an evaluation but
+    costs nothing and is not measured again.
     """
     from . import _core
 
@@ -235,6 +247,9 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         followers: list[tuple[int, Hashable]] = []
         to_measure: list[int] = []
         for i, (config, report) in enumerate(zip(batch, reports, strict=True)):
+            if known and _key(config) in known:
+                out[i] = (dict(known[_key(config)]), 0.0)
+                continue
             if report is not None and not measurable(report):
                 refused = refusal(report)
                 if trust_compile_errors or refused["status"] != "compile_error":
@@ -281,6 +296,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         for config, (m, _) in zip(batch, out, strict=True):
             if m["status"] == "ok":
                 best[0] = min(best[0], m["ms"])
+            if known and _key(config) in known:
+                continue  # Stored when it was measured.
             if store is not None:
                 store.add(dict(problem), config, _storable(m), source)
         return out  # type: ignore[return-value]

@@ -41,6 +41,8 @@ enum class Status {
   kWrong,           // Ran, but failed the correctness check.
   kCrashed,         // The measuring process died (illegal address, ...).
   kInvalid,         // Not a config of this problem (absent from a replayed table, or breaks a constraint).
+  kLaunchError,     // The launch raised an error that is not the compiler's or the device's limits:
+                    // the kernel's or its caller's fault (a bad argument, a hook that raised).
 };
 
 const char* ToString(Status status);

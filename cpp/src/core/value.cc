@@ -90,7 +90,7 @@ std::string Problem::Label() const {
 
 namespace {
 constexpr const char* kStatusNames[] = {"ok",    "out_of_resources", "compile_error", "compile_timeout",
-                                        "wrong", "crashed",          "invalid"};
+                                        "wrong", "crashed",          "invalid",       "launch_error"};
 }  // namespace
 
 const char* ToString(Status status) { return kStatusNames[static_cast<int>(status)]; }

@@ -1,0 +1,151 @@
+"""Checking a user's kernel across configs without touching the caller's tensors.
+
+A tuner launches every config it measures on the arguments of one real call. Those arguments
+belong to the caller: an output may be a ``torch.zeros`` that the kernel fills only in part, an
+accumulator that ``atomic_add`` sums into, or an input updated in place. So every launch the
+tuner makes runs on a scratch copy of the arguments, reset to the caller's values before each
+checking launch; the caller's tensors are only ever written by the one real launch of the winner.
+
+A config is checked against a reference result (the user's reference function, or the first
+config of the library's list) on what both define: the elements that both launches changed from
+the caller's values. Kernels that write only part of an output (blocks of a triangle, whose
+diagonal blocks cover more with larger tiles) are compared where both wrote; elements left as the
+caller had them, garbage in a ``torch.empty`` output included, are left out. The
+difference must stay within the rounding of the output's dtype: configs sum in different orders.
+
+Exceptions are classified as ``triton.autotune`` does: the compiler's errors and resource limits
+mean "this config fails"; anything else is a launch error, which is the kernel's or the caller's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+# Largest relative L2 difference between two configs' outputs that is rounding, by output dtype.
+# Configs reduce in different orders (block sizes, split reductions, atomics); float32 allows for
+# TF32 dot products, whose inputs are rounded to 10 bits of mantissa.
+_TOLERANCE = {"float64": 1e-9, "float32": 1e-3, "float16": 5e-3, "bfloat16": 3e-2,
+              "float8_e4m3fn": 1.5e-1, "float8_e5m2": 2.5e-1, "float8_e4m3fnuz": 1.5e-1, "float8_e5m2fnuz": 2.5e-1}
+
+
+def is_tensor(value: Any) -> bool:
+    return hasattr(value, "data_ptr") and hasattr(value, "dtype") and hasattr(value, "untyped_storage")
+
+
+def tolerance(dtype: Any) -> float:
+    """The relative L2 difference that is rounding for outputs of `dtype` (0 for integers)."""
+    return _TOLERANCE.get(str(dtype).replace("torch.", ""), 0.0)
+
+
+def scratch_copies(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Returns the arguments with every tensor replaced by a copy on the same device.
+
+    Tensors that share memory in the caller (views of one buffer, the same tensor passed twice
+    for an in-place kernel) share memory in the copy too: each underlying storage is copied once
+    and every tensor becomes the same view of the copy.
+    """
+    import torch
+
+    storages: dict[tuple, Any] = {}
+    out = {}
+    for name, value in arguments.items():
+        if not is_tensor(value):
+            out[name] = value
+            continue
+        storage = value.untyped_storage()
+        key = (str(value.device), storage.data_ptr())
+        if key not in storages:
+            storages[key] = storage.clone()
+        view = torch.empty(0, dtype=value.dtype, device=value.device)
+        view.set_(storages[key], value.storage_offset(), value.size(), value.stride())
+        out[name] = view
+    return out
+
+
+def restore(scratch: Mapping[str, Any], pristine: Mapping[str, Any], names: Iterable[str] | None = None) -> None:
+    """Copies the pristine values back into the scratch tensors (all, or those in `names`)."""
+    for name in scratch if names is None else names:
+        value = scratch[name]
+        if is_tensor(value):
+            _bytes(value).copy_(_bytes(pristine[name]))
+
+
+def _bytes(tensor):
+    # The whole storage behind a view, so that elements outside the view (a kernel may write its
+    # padding) are restored too and overlapping views are restored once each, consistently.
+    import torch
+
+    storage = tensor.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage, 0, (storage.nbytes(),), (1,))
+
+
+def changed(after, before):
+    """Elements of `after` whose bits differ from `before` (same shape and dtype)."""
+    import torch
+
+    size = after.element_size()
+    if after.dtype == torch.bool:
+        return after != before
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(size)
+    if as_int is None or after.is_complex():
+        return ~(after == before)
+    return after.contiguous().view(as_int) != before.contiguous().view(as_int)
+
+
+def written(scratch: Mapping[str, Any], pristine: Mapping[str, Any]) -> list[str]:
+    """Names of the tensors a launch changed."""
+    return [n for n, v in scratch.items() if is_tensor(v) and bool(changed(v, pristine[n]).any())]
+
+
+def difference(out, ref, pristine) -> float:
+    """Relative L2 difference of `out` from `ref` over the elements both changed from `pristine`
+    (what both configs define: a config with larger tiles may write more of a partly written
+    output); inf where they disagree on NaN or infinity, or for integers that differ at all."""
+    import torch
+
+    defined = changed(out, pristine) & changed(ref, pristine)
+    if not bool(defined.any()):
+        return 0.0
+    a, b = out[defined], ref[defined]
+    if not (a.dtype.is_floating_point or a.is_complex()):
+        return 0.0 if bool(torch.equal(a, b)) else math.inf
+    a, b = a.double(), b.double()
+    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+    if not bool(torch.equal(nan_a, nan_b)):
+        return math.inf
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    if not bool(torch.equal(a[~finite & ~nan_a], b[~finite & ~nan_b])):
+        return math.inf  # Infinities of different sign, or at different places.
+    a, b = a[finite], b[finite]
+    scale = b.norm().item()
+    diff = (a - b).norm().item()
+    return diff / scale if scale > 0 else diff
+
+
+def config_failure_kinds() -> tuple[type, ...]:
+    """The exception types that mean "this config fails", as triton.autotune treats them."""
+    from triton.compiler.errors import CompilationError, CompileTimeAssertionFailure
+    from triton.runtime.errors import OutOfResources, PTXASError
+
+    return (OutOfResources, CompileTimeAssertionFailure, PTXASError, CompilationError)
+
+
+def classify(error: BaseException) -> dict:
+    """The measurement of a launch that raised: out_of_resources or compile_error for the
+    failures triton.autotune skips a config for, launch_error for anything else (the kernel's or
+    its caller's fault, which triton.autotune would raise)."""
+    try:
+        kinds = config_failure_kinds()
+        from triton.runtime.errors import OutOfResources
+    except ImportError:  # Triton missing: nothing is known to be a config's failure.
+        kinds, OutOfResources = (), ()
+    text = f"{type(error).__name__}: {error}"
+    if OutOfResources and isinstance(error, OutOfResources):
+        status = "out_of_resources"
+    elif kinds and isinstance(error, kinds):
+        status = "compile_error"
+    else:
+        status = "launch_error"
+    return {"status": status, "error": text[:4000]}

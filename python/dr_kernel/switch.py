@@ -1,0 +1,134 @@
+"""Put dr_kernel in place of triton.autotune for the whole process, without editing any library.
+
+    import dr_kernel
+    dr_kernel.install()          # before the library is imported
+    import some_library          # its @triton.autotune kernels now tune with dr_kernel
+
+or, with no change to the program at all: ``DR_KERNEL_AUTOTUNE=1 python train.py`` (the package
+installs a start-up hook that reads the variable), or ``python -m dr_kernel run train.py ...``.
+
+Kernels decorated before install() keep Triton's autotuner. A kernel dr_kernel cannot take (its
+decorator arguments are not understood) or fails on later keeps or returns to the library's own
+triton.autotune, with one warning naming it and the reason; the program never sees an exception
+that Triton would not raise. `taken_over()` and `kept()` say which kernels went which way.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from contextlib import contextmanager
+
+_LOCK = threading.Lock()
+_STATE: dict = {"original": None, "options": {}}
+_TAKEN: list[str] = []
+_KEPT: list[tuple[str, str]] = []
+
+ENV_VARIABLE = "DR_KERNEL_AUTOTUNE"
+
+
+def install(*, widen: bool = True, max_evals: int | None = None, strategy: str = "ppo", db: str | None = None,
+            seed: int = 0) -> None:
+    """Replaces triton.autotune (triton.autotune, triton.runtime.autotune and
+    triton.runtime.autotuner.autotune) with dr_kernel's, for kernels decorated from now on.
+    `widen` searches past each list where every config can be checked (see dr_kernel.autotune)."""
+    import triton
+    import triton.runtime
+    import triton.runtime.autotuner as autotuner
+
+    with _LOCK:
+        if _STATE["original"] is None:
+            _STATE["original"] = autotuner.autotune
+        _STATE["options"] = {"widen": widen, "max_evals": max_evals, "strategy": strategy, "db": db, "seed": seed}
+        triton.autotune = triton.runtime.autotune = autotuner.autotune = _autotune
+
+
+def uninstall() -> None:
+    """Gives triton.autotune back to Triton (kernels decorated meanwhile stay with dr_kernel)."""
+    import triton
+    import triton.runtime
+    import triton.runtime.autotuner as autotuner
+
+    with _LOCK:
+        original = _STATE["original"]
+        if original is not None:
+            triton.autotune = triton.runtime.autotune = autotuner.autotune = original
+            _STATE["original"] = None
+
+
+@contextmanager
+def installed(**options):
+    """install() for the duration of a `with` block."""
+    install(**options)
+    try:
+        yield
+    finally:
+        uninstall()
+
+
+def is_installed() -> bool:
+    return _STATE["original"] is not None
+
+
+def taken_over() -> list[str]:
+    """module.name of every kernel decorated while installed that dr_kernel tunes."""
+    return list(_TAKEN)
+
+
+def kept() -> list[tuple[str, str]]:
+    """(module.name, reason) of every kernel left to, or handed back to, triton.autotune."""
+    return list(_KEPT)
+
+
+def note_kept(name: str, reason: str) -> None:
+    with _LOCK:
+        if name in _TAKEN:
+            _TAKEN.remove(name)
+        _KEPT.append((name, reason))
+
+
+def _autotune(configs, key, **kwargs):
+    """What triton.autotune is while installed."""
+    from .autotune import Autotuner, autotune, stock_options
+
+    original = _STATE["original"]
+    options = _STATE["options"]
+    stock = original(configs, key, **stock_options(kwargs))
+
+    def decorator(fn):
+        name = _name(fn)
+        try:
+            kernel = autotune(configs, key, **kwargs, **options)(fn)
+        except Exception as error:  # noqa: BLE001 -- the library's own autotune takes the kernel.
+            reason = f"{type(error).__name__}: {error}"
+            warnings.warn(f"dr_kernel: {name} stays with triton.autotune ({reason})", stacklevel=2)
+            note_kept(name, reason)
+            return stock(fn)
+        assert isinstance(kernel, Autotuner)
+        kernel.fallback = lambda: stock(fn)
+        with _LOCK:
+            _TAKEN.append(name)
+        return kernel
+
+    return decorator
+
+
+def _name(fn) -> str:
+    base = fn
+    while hasattr(base, "fn"):
+        base = base.fn
+    return f"{getattr(base, '__module__', '?')}.{getattr(base, '__qualname__', getattr(base, '__name__', '?'))}"
+
+
+def install_from_environment() -> None:
+    """The start-up hook's call: install() when DR_KERNEL_AUTOTUNE is set to anything but 0/empty;
+    "narrow" installs without widening."""
+    value = os.environ.get(ENV_VARIABLE, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return
+    try:
+        install(widen=value != "narrow")
+    except Exception as error:  # noqa: BLE001 -- a start-up hook must never stop the program.
+        warnings.warn(f"dr_kernel: {ENV_VARIABLE} is set but dr_kernel could not be installed ({error}); "
+                      "triton.autotune is unchanged", stacklevel=2)

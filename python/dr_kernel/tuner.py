@@ -1,0 +1,767 @@
+"""The machinery behind both decorators: key → stored winner or a tuning session → launch.
+
+Two doors lead here. ``@optimize`` (decorator.py) takes dr_kernel's richer signature;
+``dr_kernel.autotune`` (autotune.py) takes exactly ``triton.autotune``'s, for code we did not
+write. Both build a TunedKernel, which behaves as Triton's autotuner does where a caller can see
+it: it is a KernelInterface (``kernel[grid](...)``), it stacks with ``@triton.heuristics`` above
+or below, it reads ``arg_names`` from what it wraps, its key is the key arguments' values plus the
+dtype of every tensor argument, ``best_config`` is the triton.Config of the last launch, and the
+hooks (``reset_to_zero``, ``restore_value``, ``pre_hook``, ``post_hook``, ``Config.pre_hook``) run
+around every measured launch and before the real one as Triton runs them.
+
+Where it differs, on purpose: every measuring launch runs on a scratch copy of the arguments
+(checking.py), so the caller's tensors are written once, by the winner; each config is checked
+against a reference before it is timed; configs compile in a process pool shared by every kernel
+of the process before they are measured; the search may measure fewer configs than the list
+holds; and winners persist in the results store.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import inspect
+import json
+import math
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from triton.runtime.jit import KernelInterface
+
+from .checking import difference, is_tensor, restore, scratch_copies, tolerance, written
+from .measure import Job, MeasurePool, MeasureSettings, visible_devices
+from .space import LAUNCH_OPTIONS, config_dict, make_space
+
+# Keyword arguments Triton's launch path passes down that are not kernel arguments.
+_LAUNCH_KWARGS = ("grid", "warmup")
+
+
+class LaunchError(RuntimeError):
+    """A launch raised an error that is not a config's failure (triton.autotune would raise it)."""
+
+
+@dataclass
+class KernelJob(Job):
+    """A user's kernel on the arguments of one call, measured on a scratch copy of them.
+
+    In this process (`fn` set) the arguments are the caller's tensors, which are only read: the
+    copy is made in setup() and reset from them before every checking launch. In a measuring
+    process (`module`/`name` set) the arguments arrive as CPU copies and are moved to its device.
+
+    The reference is `reference(**args)` when given, else the result of `reference_config`
+    (the first of the library's listed configs that runs), else the first config that runs. It is launched twice:
+    when two launches of the same config disagree, the kernel is not deterministic enough to
+    check, and configs are timed unchecked (`checked` false) as triton.autotune times them.
+    """
+
+    module: str = ""
+    name: str = ""
+    args: dict = field(default_factory=dict)
+    kwargs: dict = field(default_factory=dict)  # Passed to every launch: grid, heuristics' values, ...
+    outputs_names: list | None = None
+    reference: Callable | None = None
+    reference_configs: list = field(default_factory=list)  # The first of these that runs is the reference.
+    reset_to_zero: list = field(default_factory=list)
+    restore_value: list = field(default_factory=list)
+    pre_hook: Callable | None = None
+    post_hook: Callable | None = None
+    config_hooks: dict = field(default_factory=dict)  # Config key → the triton.Config's pre_hook.
+    check_results: bool = True
+    # With no reference at all, the first config that runs becomes it; it must then write every
+    # element of what it writes (probed on poisoned outputs), or a partial writer would be the judge.
+    probe_first: bool = False
+    fn: Any = None
+
+    # ----- setup --------------------------------------------------------------------------------
+
+    def setup(self, device: str) -> Any:
+        fn = self.fn
+        if fn is None:
+            import importlib
+
+            fn = importlib.import_module(self.module)
+            for part in self.name.split("."):
+                fn = getattr(fn, part)
+            fn = getattr(fn, "fn", fn) if isinstance(fn, TunedKernel) else fn
+            pristine = {k: (v.to(device) if is_tensor(v) else v) for k, v in self.args.items()}
+        else:
+            pristine = dict(self.args)
+        state = {"fn": fn, "pristine": pristine, "scratch": scratch_copies(pristine), "outputs": self.outputs_names,
+                 "expected": None, "checked": self.check_results, "note": None}
+        if self.reference is not None:
+            result = self.reference(**pristine)
+            state["expected"] = list(result) if isinstance(result, (tuple, list)) else [result]
+            state["outputs"] = state["outputs"] or written_outputs(state)
+        elif self.reference_configs and self.check_results:
+            self._reference_from_configs(state)
+        return state
+
+    def _reference_from_configs(self, state: dict) -> None:
+        from .checking import classify
+
+        for config in self.reference_configs:
+            try:
+                first = self.checked_launch(state, config)
+                names = state["outputs"]
+                second = self.checked_launch(state, config)
+                break
+            except Exception as error:  # noqa: BLE001 -- a failing config is no reference; a user's error is.
+                if classify(error)["status"] == "launch_error":
+                    raise LaunchError(f"the launch with config {config} raised {type(error).__name__}: "
+                                      f"{error}") from error
+                state["outputs"] = self.outputs_names
+        else:
+            return  # No listed config runs: the first config that does in the session is the reference.
+        if not names:
+            state["checked"] = False
+            state["note"] = "the reference config wrote no argument"
+            return
+        worst = max((difference(b, a, state["pristine"][n]) / max(tolerance(a.dtype), 1e-12)
+                     for n, a, b in zip(names, first, second, strict=True)), default=0.0)
+        if worst > 1.0:
+            state["checked"] = False
+            state["note"] = ("two launches of the reference config gave different results, so results cannot "
+                             "be compared across configs")
+            return
+        state["expected"] = first
+
+    # ----- launching ----------------------------------------------------------------------------
+
+    def _full(self, state: dict, config: dict) -> dict:
+        return {**state["scratch"], **self.kwargs, **config}
+
+    def before_launch(self, state: Any, config: dict) -> None:
+        hook = self.config_hooks.get(config_key(config))
+        full = self._full(state, config)
+        if hook is not None:
+            hook(full)
+        if self.pre_hook is not None:
+            self.pre_hook(full)
+        else:
+            restore(state["scratch"], state["pristine"], self.restore_value)
+            for name in self.reset_to_zero:
+                state["scratch"][name].zero_()
+
+    def after_launch(self, state: Any, config: dict) -> None:
+        if self.post_hook is not None:
+            self.post_hook(self._full(state, config), exception=None)
+
+    def launch(self, state: Any, config: dict) -> None:
+        config = dict(config)
+        kwargs = dict(self.kwargs)
+        grid = config.pop("__grid__", None)
+        if grid is not None:
+            kwargs["grid"] = grid
+        kwargs.setdefault("warmup", False)
+        state["fn"].run(**state["scratch"], **kwargs, **config)
+
+    def checked_launch(self, state: Any, config: dict) -> list:
+        restore(state["scratch"], state["pristine"])
+        self.before_launch(state, config)
+        try:
+            self.launch(state, config)
+        except Exception as error:
+            if self.post_hook is not None:
+                self.post_hook(self._full(state, config), exception=error)
+            raise
+        self.after_launch(state, config)
+        if state["outputs"] is None:
+            state["outputs"] = written_outputs(state)
+        state["last_config"] = config
+        return [state["scratch"][n].clone() for n in state["outputs"] or ()]
+
+    def _writes_everything(self, state: dict) -> bool:
+        """Whether the last config launched writes every element of its outputs: launched again
+        with its outputs poisoned (NaN), none may stay NaN. Outputs it also reads (restore_value,
+        reset_to_zero) are not poisoned."""
+        import torch
+
+        config = state["last_config"]
+        restore(state["scratch"], state["pristine"])
+        self.before_launch(state, config)
+        poisoned = [n for n in state["outputs"] if n not in self.restore_value and n not in self.reset_to_zero
+                    and state["scratch"][n].dtype.is_floating_point]
+        for n in poisoned:
+            state["scratch"][n].fill_(float("nan"))
+        self.launch(state, config)
+        self.after_launch(state, config)
+        return all(not bool(torch.isnan(state["scratch"][n]).any()) for n in poisoned)
+
+    def outputs(self, state: Any) -> list:
+        return [state["scratch"][n] for n in state["outputs"] or ()]
+
+    def expected(self, state: Any) -> list | None:
+        return state["expected"]
+
+    def check(self, state: Any, outs: list, reference: list | None, settings: MeasureSettings
+              ) -> tuple[float, str | None]:
+        if reference is None and self.probe_first and state["checked"] and state["expected"] is None:
+            if not self._writes_everything(state):
+                names = ", ".join(state["outputs"])
+                state["outputs"] = self.outputs_names  # The next config that runs tries again.
+                return math.inf, (f"it leaves elements of {names} unwritten, so it cannot be the reference for "
+                                  "the other configs; give reference= (or configs=, whose first is the reference)")
+        if reference is None or not state["checked"]:
+            return 0.0, None
+        if len(reference) != len(outs):
+            return math.inf, (f"the reference gives {len(reference)} tensors for the {len(outs)} the kernel "
+                              "writes; return one per output, in the order of `outputs`")
+        worst, relerr, why = 0.0, 0.0, None
+        for name, out, ref in zip(state["outputs"], outs, reference, strict=True):
+            if self.reference is not None:  # A user's reference: the project's relative L2 rule.
+                err = _relative(out, ref)
+                limit = settings.max_relerr
+            else:  # Another config: the rounding of the output's dtype.
+                err = difference(out, ref, state["pristine"][name])
+                limit = tolerance(out.dtype)
+            ratio = err / limit if limit > 0 else (0.0 if err == 0 else math.inf)
+            if ratio > worst:
+                worst, relerr = ratio, err
+                why = f"{name} differs from the reference by {err:.3g} (relative L2; at most {limit:g} is rounding)"
+        return relerr, (why if worst > 1.0 else None)
+
+    def keep(self, outs: list) -> list:
+        return outs  # Already copies.
+
+
+def _relative(out, ref) -> float:
+    from .measure import relative_error
+
+    return relative_error(out, ref)
+
+
+def written_outputs(state: dict) -> list[str]:
+    return written(state["scratch"], state["pristine"])
+
+
+def config_key(config: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((k, v) for k, v in config.items() if k != "__grid__"))
+
+
+# ----- the compile pool every tuned kernel of the process shares ------------------------------------
+
+_POOL_LOCK = threading.Lock()
+_SHARED_POOL: list = []
+
+
+def shared_compile_pool(timeout_s: float):
+    """One CompilePool for the whole process: its workers start once (importing Triton and the
+    user's modules costs seconds) and serve every kernel and key."""
+    from .compile_pool import CompilePool
+    from .session import compile_workers
+
+    with _POOL_LOCK:
+        if not _SHARED_POOL or _SHARED_POOL[0].timeout_s != timeout_s:
+            if _SHARED_POOL:
+                _SHARED_POOL.pop().close()
+            _SHARED_POOL.append(CompilePool(workers=compile_workers(len(visible_devices())), timeout_s=timeout_s))
+        return _SHARED_POOL[0]
+
+
+@atexit.register
+def _close_shared_pool() -> None:
+    while _SHARED_POOL:
+        _SHARED_POOL.pop().close()
+
+
+# ----- the kernel ------------------------------------------------------------------------------------
+
+class TunedKernel(KernelInterface):
+    """A kernel that picks its config per key: from this object's cache, from the results store,
+    or by tuning on the first call. Launch it like the kernel it wraps: ``k[grid](...)``."""
+
+    def __init__(self, fn, *, key: Sequence[str], space: Mapping | None = None, configs: Sequence | None = None,
+                 constraints: Sequence[str] = (), strategy: str = "ppo", max_evals: int | None = 100,
+                 max_seconds: float = math.inf, seed: int = 0, reset_to_zero: Sequence[str] | None = None,
+                 restore_value: Sequence[str] | None = None, pre_hook: Callable | None = None,
+                 post_hook: Callable | None = None, prune_configs_by: Mapping | None = None,
+                 reference: Callable | None = None, outputs: Sequence[str] | None = None, db: str | None = None,
+                 settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
+                 compile_timeout: float = 120.0, do_bench: Callable | None = None, widen: bool = False,
+                 first_config_is_reference: bool = False, source: str = "optimize"):
+        self.fn = fn
+        self.base_fn = fn
+        while not inspect.isfunction(self.base_fn):
+            self.base_fn = self.base_fn.fn
+        self.arg_names = list(getattr(fn, "arg_names", None) or inspect.signature(self.base_fn).parameters)
+        missing = [k for k in key if k not in self.arg_names]
+        if missing:
+            raise ValueError(f"key names {missing} are not arguments of {self.__name__}; "
+                             f"choose from {self.arg_names}")
+        self.keys = self.key = list(key)
+        self.listed: list | None = list(configs) if configs is not None else None
+        self.configs = self.listed or []  # triton.autotune's attribute.
+        self.space_dict = dict(space) if space is not None else None
+        self.constraints = list(constraints)
+        self.space = make_space(space=space, configs=configs, constraints=constraints)  # Checks the input now.
+        unknown = [n for n in self.space.names if n not in self.arg_names and n not in LAUNCH_OPTIONS]
+        if unknown:
+            raise ValueError(f"space parameters {unknown} are neither constexpr arguments of {self.__name__} "
+                             "nor launch options (num_warps, num_stages, num_ctas, maxnreg)")
+        self.max_evals, self.max_seconds, self.seed, self.strategy = max_evals, max_seconds, seed, strategy
+        self.reset_to_zero = list(reset_to_zero or [])
+        self.restore_value = list(restore_value or [])
+        self.pre_hook, self.post_hook = pre_hook, post_hook
+        self.prune_configs_by = dict(prune_configs_by or {})
+        self.reference, self.outputs = reference, list(outputs) if outputs else None
+        self.db, self.settings, self.isolate = db, settings or MeasureSettings(), isolate
+        self.static_checks, self.compile_timeout = static_checks, compile_timeout
+        self.do_bench, self.widen = do_bench, widen
+        self.first_config_is_reference, self.source = first_config_is_reference, source
+        self.cache: dict[tuple, Any] = {}
+        self.best_config = None
+        self.evaluations = 0
+        self.history: list = []
+        self.notes: list[str] = []  # What a user should know about past tunings (checks off, ...).
+        self.last_session = None
+        self.tuning_s = 0.0
+        self._static_key: str | None = None
+        self._store = None
+        self._static_warned = False
+
+    @property
+    def __name__(self) -> str:
+        return getattr(self.base_fn, "__name__", "kernel")
+
+    # ----- keys and the store ----------------------------------------------------------------------
+
+    def key_of(self, all_args: Mapping[str, Any]) -> tuple:
+        """Triton's autotuning key: the key arguments' values, then every tensor argument's dtype."""
+        named = {k: v for k, v in all_args.items() if k in self.arg_names}
+        key = [named[k] for k in self.key if k in named]
+        key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        return tuple(key)
+
+    _key = key_of
+
+    def store_key(self, key: tuple, device: str, configs: Sequence[dict]) -> str:
+        """The store's key of a winner: kernel source, Triton version, device, key values and the
+        configs searched (a winner in one space is no winner in another)."""
+        import triton
+
+        if self._static_key is None:
+            from .compile_pool import jit_function
+
+            jit = jit_function(self.fn)
+            source_hash = getattr(jit, "cache_key", None) or hashlib.sha256(
+                inspect.getsource(self.base_fn).encode()).hexdigest()
+            self._static_key = f"{self.__name__}|{source_hash}|triton {triton.__version__}"
+        searched = json.dumps([sorted((k, repr(v)) for k, v in c.items()) for c in configs], sort_keys=True)
+        extra = json.dumps({"constraints": self.constraints, "widen": self.widen})
+        space_hash = hashlib.sha256((searched + extra).encode()).hexdigest()[:16]
+        return f"{self._static_key}|{device}|{key}|space {space_hash}"
+
+    def store(self):
+        if self._store is None:
+            from .store import open_store
+
+            self._store = open_store(self.db)
+        return self._store
+
+    # ----- launching -----------------------------------------------------------------------------
+
+    def run(self, *args, **kwargs):
+        nargs = dict(zip(self.arg_names, args, strict=False))
+        all_args = {**nargs, **kwargs}
+        key = self.key_of(all_args)
+        chosen = self.cache.get(key)
+        tuned_now = False
+        if chosen is None:
+            chosen, tuned_now = self._choose(args, kwargs, key)
+            self.cache[key] = chosen
+        self.best_config = chosen
+        launch = chosen.all_kwargs() if hasattr(chosen, "all_kwargs") else dict(chosen)
+        full = {**all_args, **launch}
+        if tuned_now:
+            self._reset_before_real_launch(full)
+        if getattr(chosen, "pre_hook", None) is not None:
+            chosen.pre_hook(full)
+        return self.fn.run(*args, **kwargs, **launch)
+
+    def _reset_before_real_launch(self, full: dict) -> None:
+        # triton.autotune resets reset_to_zero tensors after tuning, before the winner's launch.
+        if self.pre_hook is not None:
+            self.pre_hook(full, reset_only=True)
+        else:
+            for name in self.reset_to_zero:
+                full[name].zero_()
+
+    def warmup(self, *args, **kwargs):
+        nargs = dict(zip(self.arg_names, args, strict=False))
+        return [self.fn.warmup(*args, **kwargs, **c) for c in self._candidates(nargs, kwargs)]
+
+    # ----- choosing a config ---------------------------------------------------------------------
+
+    def _candidates(self, nargs: dict, kwargs: dict) -> list[dict]:
+        """The configs to search for this call: the space's, or the list pruned as triton.autotune
+        prunes it (early_config_prune, then perf_model's top_k)."""
+        if self.listed is None:
+            return []
+        configs = self.listed
+        prune = self.prune_configs_by.get("early_config_prune")
+        if prune is not None:
+            configs = list(prune(configs, nargs, **kwargs))
+            if not configs:
+                raise ValueError(f"{self.__name__}: early_config_prune returned no config; it must return "
+                                 "at least one")
+        perf_model = self.prune_configs_by.get("perf_model")
+        if perf_model is not None:
+            top_k = self.prune_configs_by.get("top_k", 1.0)
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = int(len(self.listed) * top_k)
+            if len(configs) > top_k:
+                estimate = {i: perf_model(**nargs, **kwargs, **c.all_kwargs()) for i, c in enumerate(configs)}
+                configs = [configs[i] for i in sorted(estimate, key=estimate.get)[:top_k]]
+        return [config_dict(c) for c in configs]
+
+    def _to_config(self, config: dict):
+        """The triton.Config a config dict stands for: the listed one itself when it is listed
+        (keeping its pre_hook), else a new one."""
+        import triton
+
+        for c in self.listed or ():
+            if config_key(config_dict(c)) == config_key(config):
+                return c
+        meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
+        launch = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
+        return triton.Config(meta, **launch)
+
+    def _choose(self, args: tuple, kwargs: dict, key: tuple):
+        nargs = dict(zip(self.arg_names, args, strict=False))
+        candidates = self._candidates(nargs, kwargs)
+        if len(candidates) == 1 and self.listed is not None:
+            return self._to_config(candidates[0]), False
+        device = _device_name({**nargs, **kwargs})
+        store_key = self.store_key(key, device, candidates or [self.space_dict or {}])
+        stored = self.store().get_winner(store_key)
+        if stored is not None:
+            return self._to_config(stored[0]), False
+        config = self._tune(nargs, kwargs, key, device, store_key, candidates)
+        return self._to_config(config), True
+
+    # ----- tuning --------------------------------------------------------------------------------
+
+    def _isolated(self) -> bool:
+        if self.isolate is not None:
+            return self.isolate
+        if self.pre_hook or self.post_hook or any(getattr(c, "pre_hook", None) for c in self.listed or ()):
+            return False  # Hooks are the caller's functions: they run where the caller runs.
+        module = getattr(self.base_fn, "__module__", "__main__")
+        import sys
+
+        if module == "__main__" or module not in sys.modules or not getattr(sys.modules[module], "__file__", None):
+            warnings.warn(f"{self.__name__} is defined in __main__ or a notebook, which a measuring process cannot "
+                          "import: its configs are measured in this process, so a config that crashes the GPU "
+                          "context ends it. Define the kernel in a module to measure in isolation.", stacklevel=5)
+            return False
+        return True
+
+    def resolved(self, nargs: dict, kwargs: dict, config: dict) -> dict:
+        """Every argument the @triton.jit function receives for `config`: the call's, the
+        config's, and those the @triton.heuristics between this object and the kernel add."""
+        from triton.runtime.autotuner import Heuristics
+
+        values = {**nargs, **{k: v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS}, **config}
+        inner = self.fn
+        while not _is_jit(inner):
+            if isinstance(inner, Heuristics):
+                for name, heuristic in inner.values.items():
+                    values[name] = heuristic(dict(values))
+            inner = inner.fn
+        return values
+
+    def _static_stage(self, nargs: dict, kwargs: dict):
+        """A StaticStage that compiles this kernel's configs for the call's device in the shared
+        compile pool, or None (with one warning per kernel) when the kernel or its arguments
+        cannot be described to the compiler: then every config is measured unvetted."""
+        from .analysis import H200, device_limits
+        from .compile_pool import CompileRequest, function_reference, jit_function
+        from .kernels.base import Pointer, specialise
+        from .session import StaticStage
+
+        if not self.static_checks:
+            return None
+        try:
+            jit = jit_function(self.fn)
+            reference = function_reference(jit)
+            if reference.startswith("__main__:"):
+                raise ValueError("it is defined in __main__, which a compile worker cannot import")
+            specialise(jit, self._compile_arguments(nargs, kwargs, self._first_config(), Pointer))
+        except Exception as error:  # noqa: BLE001 -- any failure to describe only turns the checks off.
+            if not self._static_warned:
+                self._static_warned = True
+                warnings.warn(f"{self.__name__}: configs are not checked against the device's limits before "
+                              f"measuring ({error}); every config is measured.", stacklevel=6)
+            return None
+        tensor = next((v for v in {**nargs, **kwargs}.values() if is_tensor(v)), None)
+        cuda = tensor is not None and str(tensor.device).startswith("cuda")
+        limits = device_limits(tensor.device) if cuda else H200
+
+        def describe(config: dict) -> CompileRequest:
+            arguments = self._compile_arguments(nargs, kwargs, config, Pointer)
+            signature, constexprs, attrs = specialise(jit, arguments)
+            options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
+            return CompileRequest((reference, signature, constexprs, attrs), options, None, "", limits)
+
+        return StaticStage(shared_compile_pool(self.compile_timeout), describe, own_pool=False)
+
+    def _first_config(self) -> dict:
+        return config_dict(self.listed[0]) if self.listed else dict(self.space.configs(1)[0])
+
+    def _compile_arguments(self, nargs: dict, kwargs: dict, config: dict, pointer: type) -> dict:
+        from .compile_pool import jit_function
+
+        values = self.resolved(nargs, kwargs, {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS})
+        names = inspect.signature(jit_function(self.fn).fn).parameters
+        return {k: _placeholder(v, pointer) for k, v in values.items() if k in names}
+
+    def _job(self, nargs: dict, kwargs: dict, isolate: bool, reference_configs: Sequence[dict]) -> KernelJob:
+        # Kernel arguments given by name are copied like positional ones; the rest pass unchanged.
+        nargs = {**nargs, **{k: v for k, v in kwargs.items() if k in self.arg_names}}
+        launch_kwargs = {k: v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS and k not in self.arg_names}
+        hooks = {config_key(config_dict(c)): c.pre_hook for c in self.listed or () if getattr(c, "pre_hook", None)}
+        job = KernelJob(args=dict(nargs), kwargs=launch_kwargs, outputs_names=self.outputs, reference=self.reference,
+                        reference_configs=list(reference_configs), probe_first=self.listed is None,
+                        reset_to_zero=self.reset_to_zero,
+                        restore_value=self.restore_value, pre_hook=self.pre_hook, post_hook=self.post_hook,
+                        config_hooks=hooks)
+        if isolate:
+            job.module = getattr(self.base_fn, "__module__", "__main__")
+            job.name = self._module_name()
+            job.args = {k: (v.detach().cpu() if is_tensor(v) else v) for k, v in nargs.items()}
+        else:
+            job.fn = self.fn
+            job.kwargs["grid"] = kwargs.get("grid")
+        return job
+
+    def _module_name(self) -> str:
+        import sys
+
+        module = sys.modules.get(getattr(self.base_fn, "__module__", ""), None)
+        for name, value in vars(module).items() if module else ():
+            if value is self or value is self.fn:
+                return name
+        return self.__name__
+
+    def _budget(self, candidates: Sequence[dict]) -> tuple[str, int]:
+        if self.max_evals is not None:
+            return self.strategy, self.max_evals
+        # A list short enough is measured whole: once its configs compile in parallel, timing
+        # them all costs well under a second. Longer lists are searched by the strategy.
+        if len(candidates) <= 24:
+            return "exhaustive", len(candidates)
+        return self.strategy, max(24, math.ceil(len(candidates) / 2))
+
+    def _tune(self, nargs: dict, kwargs: dict, key: tuple, device: str, store_key: str,
+              candidates: list[dict]) -> dict:
+        from .session import run_session
+
+        started = time.perf_counter()
+        grid = kwargs.get("grid")
+        isolate = self._isolated()
+        devices = visible_devices()
+        reference_configs = candidates if self.reference is None and self.first_config_is_reference else []
+        space = self.space if self.listed is None else make_space(configs=candidates)
+        problem = {"family": self.__name__, "shape": {k: nargs[k] for k in self.key if k in nargs},
+                   "device": device, "dtype": next((str(v.dtype).replace("torch.", "") for v in nargs.values()
+                                                    if is_tensor(v)), "")}
+        store = self.store()
+
+        def grid_of(config: dict) -> tuple:
+            g = grid(self.resolved(nargs, kwargs, config)) if callable(grid) else grid
+            return tuple(g) if isinstance(g, (tuple, list)) else (g,)
+
+        stage = self._static_stage(nargs, kwargs)
+        if stage is not None:
+            stage.guess(candidates)  # Every listed config compiles in parallel from now on.
+            if reference_configs:
+                stage.reports_for(reference_configs[:1])  # The reference launch then loads it from the cache.
+        strategy, budget = self._budget(candidates)
+        sessions = []
+        try:
+            session = None
+            for checked in (True, False):
+                job = self._job(nargs, kwargs, isolate, reference_configs)
+                job.check_results = checked
+                if isolate:
+                    pool = MeasurePool(job, devices, self.settings)
+                    measure_configs, close = pool.measure, pool.close
+                    note = None
+                else:
+                    state = job.setup(devices[0] if devices[0] != "cpu" else _tensor_device(nargs))
+                    measure_configs, close = _in_process(job, state, self.settings, devices[0], self.do_bench), None
+                    note = state["note"]
+                if note is not None:
+                    self._note(f"{self.__name__}: configs are timed unchecked for key {key}: {note}.")
+
+                def measure(batch: list[dict], best_ms: float, isolate=isolate, measure_configs=measure_configs,
+                            job=job):
+                    if not isolate:
+                        return measure_configs(batch, best_ms)
+                    results = measure_configs([{**c, "__grid__": grid_of(c)} for c in batch], best_ms)
+                    if not job.reference_configs and job.reference is None:
+                        # A measuring process that restarts after a crash must judge by the same reference.
+                        first_ok = next((c for c, (m, _) in zip(batch, results, strict=True) if m["status"] == "ok"),
+                                        None)
+                        if first_ok is not None:
+                            job.reference_configs = [{**first_ok, "__grid__": grid_of(first_ok)}]
+                    return results
+
+                def tune(space, strategy, budget, known=None, measure=measure):
+                    return run_session(problem, space, measure, static=stage, strategy=strategy, max_evals=budget,
+                                       max_seconds=self.max_seconds, seed=self.seed, store=store,
+                                       source=self.source, trust_compile_errors=False, launch_key=grid_of,
+                                       parallel=len(devices) if isolate else 1, confirm=self.settings.confirm,
+                                       confirm_rounds=self.settings.confirm_rounds,
+                                       confirm_within=self.settings.confirm_within, known=known)
+
+                try:
+                    session = tune(space, strategy, budget)
+                    statuses = session.statuses()
+                    if checked and statuses.get("ok", 0) == 0 and statuses.get("wrong", 0) > 0:
+                        # Not one config agreed with the reference: the check, not every config, is wrong.
+                        self._note(f"{self.__name__}: no config matched the reference for key {key}, so the "
+                                   "check cannot be made; the configs are timed unchecked, as triton.autotune "
+                                   "times them.")
+                        continue
+                    sessions.append(session)
+                    if self.widen and self.listed is not None and checked and note is None:
+                        # Beyond the list: only where every config is checked against the list's first.
+                        known = {config_key(c): m for c, m, _ in session.history}
+                        extra = self.max_evals if self.max_evals is not None else max(8, len(candidates) // 2)
+                        sessions.append(tune(widened_space(candidates), self.strategy, len(known) + extra, known))
+                finally:
+                    if close is not None:
+                        close()
+                break
+        finally:
+            if stage is not None:
+                stage.close()
+        history = [h for s in sessions for h in s.history] if sessions else session.history
+        if sessions:
+            session = min(sessions, key=lambda s: s.best_ms)
+        self.evaluations += len(history)
+        self.history.extend(history)
+        self.last_session = session
+        errors = [(c, m) for c, m, _ in history if m["status"] == "launch_error"]
+        if session.best_config is None:
+            if errors:
+                config, m = errors[0]
+                raise LaunchError(f"{self.__name__} with config {config} raised {m.get('error')}")
+            raise RuntimeError(f"tuning {self.__name__} for key {key}: none of the {len(history)} configs measured "
+                               f"ran correctly ({session.statuses()}); check the kernel, its reference and the space")
+        store.put_winner(store_key, session.best_config, session.best_ms, len(history))
+        self.tuning_s = time.perf_counter() - started
+        return session.best_config
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+        warnings.warn(text, stacklevel=6)
+
+
+def widened_space(configs: Sequence[dict]):
+    """The product of the values the configs use per parameter, each power-of-two parameter one
+    step beyond its smallest and largest value; num_stages one stage either side. The listed
+    configs are in it."""
+    values: dict[str, list] = {}
+    for c in configs:
+        for k, v in c.items():
+            values.setdefault(k, [])
+            if v not in values[k]:
+                values[k].append(v)
+    space = {}
+    for name, vs in values.items():
+        ints = [v for v in vs if isinstance(v, int) and not isinstance(v, bool)]
+        if len(ints) == len(vs) and ints:
+            lo, hi = min(ints), max(ints)
+            if name == "num_stages":
+                extra = [max(1, lo - 1), hi + 1]
+            elif all(v > 0 and v & (v - 1) == 0 for v in ints):
+                extra = [lo // 2] if lo > 1 else []
+                extra += [hi * 2]
+                if name == "num_warps":
+                    extra = [v for v in extra if 1 <= v <= 16]
+            else:
+                extra = []
+            vs = sorted(set(ints) | set(extra))
+        space[name] = vs
+    return make_space(space=space)
+
+
+def _is_jit(fn: Any) -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(fn, (JITFunction, InterpretedFunction))
+
+
+def _placeholder(value: Any, pointer: type) -> Any:
+    """What stands for an argument when the kernel is compiled without launching it: a Pointer
+    with Triton's name of a tensor's element type, the value itself otherwise."""
+    if not is_tensor(value):
+        return value
+    from triton._utils import canonicalize_dtype
+
+    return pointer(canonicalize_dtype(value.dtype), value.data_ptr() % 16 == 0)
+
+
+def _in_process(job: Job, state: Any, settings: MeasureSettings, device: str, do_bench: Callable | None = None):
+    from .checking import classify
+    from .measure import _Timer, measure_config
+
+    timer = _Timer(device, settings.flush_bytes)
+    reference = [job.expected(state)]
+
+    def bench(config: dict, best_ms: float) -> dict:
+        # The user's benchmarker (triton.autotune's do_bench=): check once, then let it time.
+        result, outs = measure_config(job, state, config, reference[0], best_ms,
+                                      MeasureSettings(reps=1, min_reps=1, max_relerr=settings.max_relerr), timer)
+        if result["status"] != "ok":
+            return result, outs
+
+        def kernel_call():
+            job.before_launch(state, config)
+            job.launch(state, config)
+            job.after_launch(state, config)
+
+        try:
+            times = do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
+        except Exception as error:  # noqa: BLE001 -- classified as a launch would be.
+            return classify(error), None
+        times = list(times) if isinstance(times, (list, tuple)) else [times] * 3
+        result.update({"ms": float(times[0]), "ms_p20": float(times[1]), "ms_p80": float(times[2])})
+        return result, outs
+
+    def measure(configs: list[dict], best_ms: float) -> list[tuple[dict, float]]:
+        out = []
+        for config in configs:
+            start = time.perf_counter()
+            if do_bench is not None:
+                result, outs = bench(config, best_ms)
+            else:
+                result, outs = measure_config(job, state, config, reference[0], best_ms, settings, timer)
+            if reference[0] is None and outs is not None and state.get("checked", True):
+                reference[0] = outs
+            if result["status"] == "ok":
+                best_ms = min(best_ms, result["ms"])
+            out.append((result, time.perf_counter() - start))
+        return out
+
+    return measure
+
+
+def _tensor_device(nargs: dict) -> str:
+    return next((str(v.device) for v in nargs.values() if is_tensor(v)), "cpu")
+
+
+def _device_name(nargs: dict) -> str:
+    device = _tensor_device(nargs)
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    return "cpu (Triton interpreter)"

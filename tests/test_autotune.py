@@ -1,0 +1,143 @@
+"""dr_kernel.autotune as a drop-in for triton.autotune, on the patterns libraries write
+(tests/autotune_kernels.py), in Triton's interpreter against stock triton.autotune."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def _run(args, tmp_path, **env):
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
+               PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]), **env)
+    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def patterns(tmp_path_factory):
+    out = _run([str(HERE / "autotune_patterns.py")], tmp_path_factory.mktemp("patterns"))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_every_decorated_kernel_is_taken_over_and_stays_an_autotuner(patterns):
+    assert len(patterns["taken_over"]) == 8
+    assert patterns["our_type"] == "Autotuner" and patterns["stock_type"] == "Autotuner"
+
+
+@pytest.mark.parametrize("stacking", ["above", "below"])
+def test_heuristics_above_or_below_autotune(patterns, stacking):
+    result = patterns[stacking]
+    assert result["stock_ok"] and result["ours_ok"]
+    assert result["statuses"] == {"ok": 6}  # Every config ran and agreed with the first.
+
+
+def test_partial_writes_compare_only_what_both_configs_define(patterns):
+    # Lower-triangular blocks of a torch.zeros output: larger tiles write more of the diagonal
+    # blocks' upper part; no config is judged wrong for it, and the caller's zeros stay zero.
+    result = patterns["tril"]
+    assert result["statuses"] == {"ok": 3}
+    assert result["lower_written"] and result["upper_zero"]
+
+
+def test_reset_to_zero_accumulates_once_like_triton(patterns):
+    result = patterns["atomic"]
+    assert result["ours"] == pytest.approx(result["stock"], rel=1e-5)
+    assert result["ours"][0] == pytest.approx(result["sum"], rel=1e-4)   # Tuning call: one sum, not two.
+    assert result["ours"][1] == pytest.approx(2 * result["sum"], rel=1e-4)  # Cached call: no reset.
+    assert result["statuses"] == {"ok": 3}
+
+
+def test_restore_value_in_place_update_applies_once(patterns):
+    assert patterns["inplace"]["stock_ok"] and patterns["inplace"]["ours_ok"]
+
+
+def test_config_and_autotune_pre_hooks_run_around_launches(patterns):
+    result = patterns["hooked"]
+    assert result["stock_ok"] and result["ours_ok"]
+    # Both hooks run before every launch: checked and timed ones, and the real one.
+    assert result["our_calls"]["config"] == result["our_calls"]["autotune"] > 2
+
+
+def test_prune_configs_by_prunes_as_triton_does(patterns):
+    result = patterns["pruned"]
+    assert result["ours_ok"]
+    assert result["our_prune_calls"] == result["stock_prune_calls"] == [20]
+    # early_config_prune keeps BLOCK <= 20 (8, 16); perf_model's top_k=2 keeps both.
+    assert result["measured"] == [8, 16]
+
+
+def test_a_users_error_is_raised_as_triton_raises_it_with_one_warning(patterns):
+    result = patterns["bad"]
+    assert result["ours"] == result["stock"] == "InterpreterError"
+    assert len(result["warnings"]) == 1 and "bad_argument" in result["warnings"][0]
+    assert result["kept"][0][0] == "autotune_kernels.bad_argument"
+
+
+def test_exceptions_are_classified_as_tritons_autotuner_does():
+    from dr_kernel.checking import classify
+    from triton.compiler.errors import CompileTimeAssertionFailure
+    from triton.runtime.errors import OutOfResources, PTXASError
+
+    assert classify(OutOfResources(300000, 232448, "shared memory"))["status"] == "out_of_resources"
+    assert classify(PTXASError("ptxas failed"))["status"] == "compile_error"
+    assert classify(CompileTimeAssertionFailure(None, None, "BLOCK too large"))["status"] == "compile_error"
+    failure = classify(IndexError("list index out of range"))
+    assert failure["status"] == "launch_error" and "IndexError" in failure["error"]
+
+
+SCRIPT = """
+import sys, torch, triton
+import autotune_kernels as k
+import dr_kernel
+kind = type(k.heuristics_below).__module__
+if kind == "dr_kernel.autotune":  # Stock autotune cannot time in the interpreter: run ours only.
+    n = 100
+    x = torch.randn(n)
+    y = torch.empty(n)
+    k.heuristics_below[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n)
+    assert torch.allclose(y, x + 1)
+print(kind, len(dr_kernel.taken_over()), sys.argv[1:])
+"""
+
+
+def test_environment_variable_switches_a_program_without_editing_it(tmp_path):
+    (tmp_path / "prog.py").write_text(SCRIPT)
+    out = _run(["prog.py", "a"], tmp_path, DR_KERNEL_AUTOTUNE="narrow")
+    assert out.stdout.split() == ["dr_kernel.autotune", "8", "['a']"]
+    out = _run(["prog.py", "a"], tmp_path)
+    assert out.stdout.split()[:2] == ["triton.runtime.autotuner", "0"]
+
+
+def test_python_m_dr_kernel_run_switches_a_script(tmp_path):
+    (tmp_path / "prog.py").write_text(SCRIPT)
+    out = _run(["-m", "dr_kernel", "run", "--narrow", "prog.py", "--flag"], tmp_path)
+    assert out.stdout.split() == ["dr_kernel.autotune", "8", "['--flag']"]
+
+
+def test_widen_searches_past_the_list_and_checks_each_config(tmp_path):
+    script = """
+import json, torch, triton, dr_kernel
+with dr_kernel.installed(widen=True):
+    import autotune_kernels as k
+n = 256
+x = torch.randn(n)
+y = torch.empty(n)
+k.heuristics_below[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n)
+history = k.heuristics_below.history
+print(json.dumps({"ok": bool(torch.allclose(y, x + 1)), "configs": [c for c, m, _ in history],
+                  "statuses": sorted({m["status"] for c, m, _ in history})}))
+"""
+    (tmp_path / "widen.py").write_text(script)
+    result = json.loads(_run(["widen.py"], tmp_path).stdout.strip().splitlines()[-1])
+    assert result["ok"] and result["statuses"] == ["ok"]
+    blocks = {c["BLOCK"] for c in result["configs"]}
+    listed = {16, 32, 64}
+    assert blocks & listed and blocks - listed <= {8, 128}
+    assert len(result["configs"]) > 6  # The 6 listed, then beyond them.
