@@ -141,3 +141,24 @@ print(json.dumps({"ok": bool(torch.allclose(y, x + 1)), "configs": [c for c, m, 
     listed = {16, 32, 64}
     assert blocks & listed and blocks - listed <= {8, 128}
     assert len(result["configs"]) > 6  # The 6 listed, then beyond them.
+
+
+def _library(mode, tmp_path):
+    out = _run([str(HERE / "library_takeover.py"), mode], tmp_path)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_real_libraries_every_autotuned_kernel_is_taken_over_and_ops_agree(tmp_path):
+    """Liger-Kernel and flash-linear-attention (fla-core), installed from PyPI by scripts/setup:
+    every kernel they decorate with triton.autotune is taken over, and their ops, tuned by
+    dr_kernel in the interpreter, match torch."""
+    counted = _library("count", tmp_path)
+    ours = _library("ours", tmp_path)
+    assert counted["failed_imports"] == ours["failed_imports"]
+    liger = [k for k in counted["decorated"] if k.startswith("liger_kernel.")]
+    fla = [k for k in counted["decorated"] if k.startswith("fla.")]
+    assert len(liger) >= 8 and len(fla) >= 100, (len(liger), len(fla))
+    assert ours["taken_over"] == counted["decorated"] and ours["kept"] == []
+    assert ours["rms_norm"]["forward"] < 1e-5 and ours["rms_norm"]["backward"] < 1e-4
+    assert ours["cumsum"] < 1e-4
+    assert ours["evaluations"] > 0  # The norm kernels were tuned, not just launched.
