@@ -12,7 +12,9 @@
 #
 # Time: the problems run in rounds (the first problem of every family, then the second ones, then
 # the third), each sweep under `timeout` with the least of what is left of its family's cap and of
-# the whole budget, SWEEP_BUDGET_S (default 420 s) counted from the end of the build. A family
+# the whole budget: SWEEP_BUDGET_S (default 420 s) from the end of the build, and never past
+# SWEEP_DEADLINE_S (default 510 s) from the script's start, so that a build on a fresh machine
+# (which it does only when dr_kernel._core does not import) comes out of the sweeps' time. A family
 # whose compiles or launches are slower than planned therefore loses its own later problems, not
 # another family's. Setting SWEEP_RESUME=<dir with earlier <family>.jsonl files> copies them into
 # $OUT first: the sweeps then skip every config already recorded and go on where they stopped.
@@ -28,6 +30,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH}
 py=${PYTHON:-python3}
 dry=${DRY_RUN:-0}
 budget=${SWEEP_BUDGET_S:-420}
+deadline=${SWEEP_DEADLINE_S:-510}
 log="$OUT/sweep_families.log"
 say() { echo "$*" | tee -a "$log"; }
 
@@ -42,6 +45,7 @@ fi
 [ "$dry" = 1 ] || nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv \
   >> "$log" 2>&1
 start=$(date +%s)
+(( budget > deadline - (start - script_start) )) && budget=$(( deadline - (start - script_start) ))
 say "ready after $((start - script_start)) s; budget ${budget} s for the sweeps"
 elapsed() { echo $(( $(date +%s) - start )); }
 
