@@ -19,6 +19,7 @@ mean "this config fails"; anything else is a launch error, which is the kernel's
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -32,6 +33,15 @@ _TOLERANCE = {"float64": 1e-9, "float32": 1e-3, "float16": 5e-3, "bfloat16": 3e-
 
 def is_tensor(value: Any) -> bool:
     return hasattr(value, "data_ptr") and hasattr(value, "dtype") and hasattr(value, "untyped_storage")
+
+
+def tensor_of(value: Any) -> Any:
+    """The tensor an argument stands for: the argument itself, or the base tensor of a TMA tensor
+    descriptor (triton.tools.tensor_descriptor.TensorDescriptor, a dataclass with a `base`), or None."""
+    if is_tensor(value):
+        return value
+    base = getattr(value, "base", None)
+    return base if dataclasses.is_dataclass(value) and is_tensor(base) else None
 
 
 def tolerance(dtype: Any) -> float:
@@ -49,27 +59,33 @@ def scratch_copies(arguments: Mapping[str, Any]) -> dict[str, Any]:
     import torch
 
     storages: dict[tuple, Any] = {}
-    out = {}
-    for name, value in arguments.items():
-        if not is_tensor(value):
-            out[name] = value
-            continue
-        storage = value.untyped_storage()
-        key = (str(value.device), storage.data_ptr())
+
+    def copy(tensor):
+        storage = tensor.untyped_storage()
+        key = (str(tensor.device), storage.data_ptr())
         if key not in storages:
             storages[key] = storage.clone()
-        view = torch.empty(0, dtype=value.dtype, device=value.device)
-        view.set_(storages[key], value.storage_offset(), value.size(), value.stride())
-        out[name] = view
+        view = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+        return view.set_(storages[key], tensor.storage_offset(), tensor.size(), tensor.stride())
+
+    out = {}
+    for name, value in arguments.items():
+        tensor = tensor_of(value)
+        if tensor is None:
+            out[name] = value
+        elif tensor is value:
+            out[name] = copy(value)
+        else:  # A descriptor: the same descriptor over the copy (a hook may change its block shape).
+            out[name] = dataclasses.replace(value, base=copy(tensor))
     return out
 
 
 def restore(scratch: Mapping[str, Any], pristine: Mapping[str, Any], names: Iterable[str] | None = None) -> None:
     """Copies the pristine values back into the scratch tensors (all, or those in `names`)."""
     for name in scratch if names is None else names:
-        value = scratch[name]
-        if is_tensor(value):
-            _bytes(value).copy_(_bytes(pristine[name]))
+        tensor = tensor_of(scratch[name])
+        if tensor is not None:
+            _bytes(tensor).copy_(_bytes(tensor_of(pristine[name])))
 
 
 def _bytes(tensor):
@@ -95,8 +111,9 @@ def changed(after, before):
 
 
 def written(scratch: Mapping[str, Any], pristine: Mapping[str, Any]) -> list[str]:
-    """Names of the tensors a launch changed."""
-    return [n for n, v in scratch.items() if is_tensor(v) and bool(changed(v, pristine[n]).any())]
+    """Names of the tensor (or descriptor) arguments a launch changed."""
+    return [n for n, v in scratch.items()
+            if tensor_of(v) is not None and bool(changed(tensor_of(v), tensor_of(pristine[n])).any())]
 
 
 def difference(out, ref, pristine) -> float:

@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from triton.runtime.jit import KernelInterface
+from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-from .checking import difference, is_tensor, restore, scratch_copies, tolerance, written
+from .checking import difference, is_tensor, restore, scratch_copies, tensor_of, tolerance, written
 from .measure import Job, MeasurePool, MeasureSettings, visible_devices
 from .space import LAUNCH_OPTIONS, config_dict, make_space
 
@@ -70,6 +70,7 @@ class KernelJob(Job):
     pre_hook: Callable | None = None
     post_hook: Callable | None = None
     config_hooks: dict = field(default_factory=dict)  # Config key → the triton.Config's pre_hook.
+    shared_config_hook: Callable | None = None  # For configs beyond the list, when every listed one has it.
     check_results: bool = True
     # With no reference at all, the first config that runs becomes it; it must then write every
     # element of what it writes (probed on poisoned outputs), or a partial writer would be the judge.
@@ -120,7 +121,7 @@ class KernelJob(Job):
             state["checked"] = False
             state["note"] = "the reference config wrote no argument"
             return
-        worst = max((difference(b, a, state["pristine"][n]) / max(tolerance(a.dtype), 1e-12)
+        worst = max((difference(b, a, tensor_of(state["pristine"][n])) / max(tolerance(a.dtype), 1e-12)
                      for n, a, b in zip(names, first, second, strict=True)), default=0.0)
         if worst > 1.0:
             state["checked"] = False
@@ -135,7 +136,7 @@ class KernelJob(Job):
         return {**state["scratch"], **self.kwargs, **config}
 
     def before_launch(self, state: Any, config: dict) -> None:
-        hook = self.config_hooks.get(config_key(config))
+        hook = self.config_hooks.get(config_key(config), self.shared_config_hook)
         full = self._full(state, config)
         if hook is not None:
             hook(full)
@@ -172,7 +173,7 @@ class KernelJob(Job):
         if state["outputs"] is None:
             state["outputs"] = written_outputs(state)
         state["last_config"] = config
-        return [state["scratch"][n].clone() for n in state["outputs"] or ()]
+        return [tensor_of(state["scratch"][n]).clone() for n in state["outputs"] or ()]
 
     def _writes_everything(self, state: dict) -> bool:
         """Whether the last config launched writes every element of its outputs: launched again
@@ -184,15 +185,15 @@ class KernelJob(Job):
         restore(state["scratch"], state["pristine"])
         self.before_launch(state, config)
         poisoned = [n for n in state["outputs"] if n not in self.restore_value and n not in self.reset_to_zero
-                    and state["scratch"][n].dtype.is_floating_point]
+                    and tensor_of(state["scratch"][n]).dtype.is_floating_point]
         for n in poisoned:
-            state["scratch"][n].fill_(float("nan"))
+            tensor_of(state["scratch"][n]).fill_(float("nan"))
         self.launch(state, config)
         self.after_launch(state, config)
-        return all(not bool(torch.isnan(state["scratch"][n]).any()) for n in poisoned)
+        return all(not bool(torch.isnan(tensor_of(state["scratch"][n])).any()) for n in poisoned)
 
     def outputs(self, state: Any) -> list:
-        return [state["scratch"][n] for n in state["outputs"] or ()]
+        return [tensor_of(state["scratch"][n]) for n in state["outputs"] or ()]
 
     def expected(self, state: Any) -> list | None:
         return state["expected"]
@@ -216,7 +217,7 @@ class KernelJob(Job):
                 err = _relative(out, ref)
                 limit = settings.max_relerr
             else:  # Another config: the rounding of the output's dtype.
-                err = difference(out, ref, state["pristine"][name])
+                err = difference(out, ref, tensor_of(state["pristine"][name]))
                 limit = tolerance(out.dtype)
             ratio = err / limit if limit > 0 else (0.0 if err == 0 else math.inf)
             if ratio > worst:
@@ -270,9 +271,13 @@ def _close_shared_pool() -> None:
 
 # ----- the kernel ------------------------------------------------------------------------------------
 
-class TunedKernel(KernelInterface):
+class TunedKernel(TritonAutotuner):
     """A kernel that picks its config per key: from this object's cache, from the results store,
-    or by tuning on the first call. Launch it like the kernel it wraps: ``k[grid](...)``."""
+    or by tuning on the first call. Launch it like the kernel it wraps: ``k[grid](...)``.
+
+    It is a triton Autotuner to the code around it (wrappers such as FlagGems' LibEntry walk a
+    kernel's `.fn` chain and accept only Autotuner and Heuristics), with the attributes Triton's
+    has; Triton's constructor and benchmarking are not used."""
 
     def __init__(self, fn, *, key: Sequence[str], space: Mapping | None = None, configs: Sequence | None = None,
                  constraints: Sequence[str] = (), strategy: str = "ppo", max_evals: int | None = 100,
@@ -310,10 +315,21 @@ class TunedKernel(KernelInterface):
         self.reference, self.outputs = reference, list(outputs) if outputs else None
         self.db, self.settings, self.isolate = db, settings or MeasureSettings(), isolate
         self.static_checks, self.compile_timeout = static_checks, compile_timeout
-        self.do_bench, self.widen = do_bench, widen
+        self._do_bench, self.widen = do_bench, widen
         self.first_config_is_reference, self.source = first_config_is_reference, source
         self.cache: dict[tuple, Any] = {}
         self.best_config = None
+        # The rest of triton.autotune's attributes, for code that reads them.
+        self.user_defined_pre_hook, self.user_defined_post_hook = pre_hook is not None, post_hook is not None
+        self.perf_model = self.prune_configs_by.get("perf_model")
+        self.configs_top_k = self.prune_configs_by.get("top_k", 1.0)
+        self.early_config_prune = self.prune_configs_by.get("early_config_prune")
+        self.num_warmups = self.num_reps = None
+        self.use_cuda_graph = False
+        self.cache_results = True
+        self.nargs = None
+        self.bench_time = 0.0
+        self.configs_timings: dict = {}
         self.evaluations = 0
         self.history: list = []
         self.notes: list[str] = []  # What a user should know about past tunings (checks off, ...).
@@ -326,6 +342,10 @@ class TunedKernel(KernelInterface):
     @property
     def __name__(self) -> str:
         return getattr(self.base_fn, "__name__", "kernel")
+
+    def prune_configs(self, kwargs: dict) -> list:
+        """triton.autotune's pruning of its list for a call (self.nargs holds the call's arguments)."""
+        return [self._to_config(c) for c in self._candidates(self.nargs or {}, kwargs)]
 
     # ----- keys and the store ----------------------------------------------------------------------
 
@@ -366,6 +386,7 @@ class TunedKernel(KernelInterface):
 
     def run(self, *args, **kwargs):
         nargs = dict(zip(self.arg_names, args, strict=False))
+        self.nargs = nargs
         all_args = {**nargs, **kwargs}
         key = self.key_of(all_args)
         chosen = self.cache.get(key)
@@ -380,7 +401,10 @@ class TunedKernel(KernelInterface):
             self._reset_before_real_launch(full)
         if getattr(chosen, "pre_hook", None) is not None:
             chosen.pre_hook(full)
-        return self.fn.run(*args, **kwargs, **launch)
+        try:
+            return self.fn.run(*args, **kwargs, **launch)
+        finally:
+            self.nargs = None
 
     def _reset_before_real_launch(self, full: dict) -> None:
         # triton.autotune resets reset_to_zero tensors after tuning, before the winner's launch.
@@ -428,7 +452,13 @@ class TunedKernel(KernelInterface):
                 return c
         meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
         launch = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
-        return triton.Config(meta, **launch)
+        return triton.Config(meta, **launch, pre_hook=self._shared_pre_hook())
+
+    def _shared_pre_hook(self):
+        """The Config.pre_hook every listed config has (set a TMA descriptor's block shape, say),
+        which a config beyond the list needs as much; None when they differ."""
+        hooks = {getattr(c, "pre_hook", None) for c in self.listed or ()}
+        return hooks.pop() if len(hooks) == 1 else None
 
     def _choose(self, args: tuple, kwargs: dict, key: tuple):
         nargs = dict(zip(self.arg_names, args, strict=False))
@@ -524,11 +554,12 @@ class TunedKernel(KernelInterface):
         nargs = {**nargs, **{k: v for k, v in kwargs.items() if k in self.arg_names}}
         launch_kwargs = {k: v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS and k not in self.arg_names}
         hooks = {config_key(config_dict(c)): c.pre_hook for c in self.listed or () if getattr(c, "pre_hook", None)}
+        shared = self._shared_pre_hook()
         job = KernelJob(args=dict(nargs), kwargs=launch_kwargs, outputs_names=self.outputs, reference=self.reference,
                         reference_configs=list(reference_configs), probe_first=self.listed is None,
                         reset_to_zero=self.reset_to_zero,
                         restore_value=self.restore_value, pre_hook=self.pre_hook, post_hook=self.post_hook,
-                        config_hooks=hooks)
+                        config_hooks=hooks, shared_config_hook=shared)
         if isolate:
             job.module = getattr(self.base_fn, "__module__", "__main__")
             job.name = self._module_name()
@@ -593,7 +624,7 @@ class TunedKernel(KernelInterface):
                     note = None
                 else:
                     state = job.setup(devices[0] if devices[0] != "cpu" else _tensor_device(nargs))
-                    measure_configs, close = _in_process(job, state, self.settings, devices[0], self.do_bench), None
+                    measure_configs, close = _in_process(job, state, self.settings, devices[0], self._do_bench), None
                     note = state["note"]
                 if note is not None:
                     self._note(f"{self.__name__}: configs are timed unchecked for key {key}: {note}.")
@@ -647,6 +678,9 @@ class TunedKernel(KernelInterface):
         self.evaluations += len(history)
         self.history.extend(history)
         self.last_session = session
+        self.bench_time = time.perf_counter() - started
+        self.configs_timings = {self._to_config(c): [m["ms"], m.get("ms_p20", m["ms"]), m.get("ms_p80", m["ms"])]
+                                for c, m, _ in history if m["status"] == "ok"}
         errors = [(c, m) for c, m, _ in history if m["status"] == "launch_error"]
         if session.best_config is None:
             if errors:

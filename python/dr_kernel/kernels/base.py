@@ -104,7 +104,7 @@ def specialise(fn: Any, arguments: Mapping[str, Any]) -> tuple[dict, dict, dict]
         value = arguments.get(param.name, param.default)
         specialise_value = index not in not_specialised and param.name not in not_specialised
         check_alignment = specialise_value and index not in not_aligned and param.name not in not_aligned
-        if _is_constexpr(param):
+        if _is_constexpr(param) or value is None:  # The JIT makes a None argument a constexpr too.
             signature[param.name] = "constexpr"
             constexprs[param.name] = value
         elif isinstance(value, Pointer):

@@ -1,0 +1,198 @@
+"""First call and steady state of real libraries' autotuned ops: stock triton.autotune against
+dr_kernel's drop-in (install(), no edit of the library), on the GPU.
+
+    python3 benchmarks/library_bench.py --out DIR [--ops gems_layer_norm,...] [--modes stock,dr,widen]
+
+Each (op, mode) runs in a fresh process with a fresh Triton cache and a fresh results store, so
+every first call compiles and tunes from nothing. An op is one forward and one backward at an LLM
+shape (bf16, 8192 tokens). Per run: the first call's wall time (inputs ready, synchronised), then
+the steady-state step (median of 30 timed steps after 5 warm-ups, CUDA events), how many of the
+library's autotuned kernels dr_kernel took over and how many it handed back. Results: one JSON
+line per run in DIR/library_bench.jsonl, a table at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TOKENS, HIDDEN, VOCAB = 8192, 4096, 32000
+
+
+def make_op(name: str):
+    """Returns step() for one op: one forward and backward on fresh-enough inputs."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    dev, bf16 = "cuda", torch.bfloat16
+
+    def leaf(*shape, scale=1.0):
+        return (torch.randn(*shape, device=dev, dtype=bf16) * scale).requires_grad_(True)
+
+    if name.startswith("gems_"):
+        import flag_gems
+
+        context = flag_gems.use_gems
+    else:
+        import contextlib
+
+        context = contextlib.nullcontext
+    x, dy = leaf(TOKENS, HIDDEN), torch.randn(TOKENS, HIDDEN, device=dev, dtype=bf16)
+    w, b = leaf(HIDDEN), leaf(HIDDEN)
+    if name == "gems_layer_norm":
+        def f():
+            return F.layer_norm(x, (HIDDEN,), w, b), dy
+    elif name == "gems_rms_norm":
+        def f():
+            return F.rms_norm(x, (HIDDEN,), w, 1e-6), dy
+    elif name == "gems_softmax":
+        logits = leaf(TOKENS, VOCAB)
+        g = torch.randn(TOKENS, VOCAB, device=dev, dtype=bf16)
+
+        def f():
+            return torch.softmax(logits, -1), g
+    elif name == "gems_cross_entropy":
+        logits = leaf(TOKENS, VOCAB)
+        target = torch.randint(0, VOCAB, (TOKENS,), device=dev)
+
+        def f():
+            return F.cross_entropy(logits, target), None
+    elif name in ("fla_rms_norm", "fla_layer_norm"):
+        from fla.modules.norm.layernorm import layer_norm, rms_norm
+
+        def f():
+            return (rms_norm(x, w, None, eps=1e-6) if name == "fla_rms_norm" else layer_norm(x, w, b)), dy
+    elif name == "fla_norm_gated":
+        from fla.modules.norm.fused_norm_gate import rms_norm_gated
+
+        gate = leaf(TOKENS, HIDDEN)
+
+        def f():
+            return rms_norm_gated(x, gate, w, None), dy
+    elif name == "liger_dyt":
+        from liger_kernel.ops.dyt import LigerDyTFunction
+
+        alpha = torch.tensor([0.5], device=dev, dtype=bf16, requires_grad=True)
+
+        def f():
+            return LigerDyTFunction.apply(x, alpha, w, b), dy
+    elif name == "liger_mlp":
+        from liger_kernel.ops.mlp import LigerMLPFunction
+
+        inter = 11008
+        xm = leaf(1, TOKENS, HIDDEN)
+        gate_w, up_w, down_w = leaf(inter, HIDDEN, scale=0.02), leaf(inter, HIDDEN, scale=0.02), \
+            leaf(HIDDEN, inter, scale=0.02)
+        g = torch.randn(1, TOKENS, HIDDEN, device=dev, dtype=bf16)
+
+        def f():
+            return LigerMLPFunction.apply(xm, gate_w, up_w, down_w), g
+    else:
+        raise SystemExit(f"unknown op {name}")
+
+    def step():
+        with context():
+            y, grad = f()
+            if grad is None:
+                y.backward()
+            else:
+                y.backward(grad)
+
+    return step
+
+
+def child(op: str, mode: str) -> dict:
+    import torch
+    from triton import knobs
+
+    compiles = {"hit": 0, "miss": 0}
+
+    def listen(*, cache_hit: bool, **_):  # Compiles in this process: from Triton's disk cache or not.
+        compiles["hit" if cache_hit else "miss"] += 1
+
+    knobs.compilation.listener = listen
+    if mode != "stock":
+        import dr_kernel
+
+        dr_kernel.install(widen=mode == "widen")
+    step = make_op(op)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - start
+    for _ in range(5):
+        step()
+    times = []
+    for _ in range(30):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    result = {"op": op, "mode": mode, "first_s": first, "step_ms": statistics.median(times),
+              "compiles_in_process": compiles}
+    if mode != "stock":
+        import dr_kernel
+
+        result["taken_over"] = len(dr_kernel.taken_over())
+        result["kept"] = dr_kernel.kept()
+    return result
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--ops", default="gems_layer_norm,gems_rms_norm,gems_softmax,gems_cross_entropy,"
+                                   "fla_rms_norm,fla_layer_norm,fla_norm_gated,liger_dyt,liger_mlp")
+    p.add_argument("--modes", default="stock,dr,widen")
+    p.add_argument("--timeout", type=float, default=240)
+    p.add_argument("--deadline", type=float, default=1e9, help="seconds after which no new run starts")
+    p.add_argument("--child", nargs=2, metavar=("OP", "MODE"))
+    args = p.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(child(*args.child)))
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "library_bench.jsonl")
+    started = time.time()
+    rows = []
+    for op in args.ops.split(","):
+        for mode in args.modes.split(","):
+            if time.time() - started > args.deadline:
+                break
+            with tempfile.TemporaryDirectory() as tmp:
+                env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(tmp, "triton"),
+                           DR_KERNEL_DB=os.path.join(tmp, "results.db"))
+                env.pop("DR_KERNEL_AUTOTUNE", None)
+                t0 = time.time()
+                try:
+                    out = subprocess.run([sys.executable, __file__, "--out", args.out, "--child", op, mode],
+                                         capture_output=True, text=True, env=env, timeout=args.timeout)
+                    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
+                    row = json.loads(line[7:]) if line else {"op": op, "mode": mode, "error": out.stderr[-1500:]}
+                except subprocess.TimeoutExpired:
+                    row = {"op": op, "mode": mode, "error": f"timed out after {args.timeout:.0f} s"}
+                row["process_s"] = time.time() - t0
+            rows.append(row)
+            with open(path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps({k: v for k, v in row.items() if k != "kept"})[:400], flush=True)
+    print(f"{'op':20} {'mode':6} {'first s':>8} {'step ms':>8} {'taken':>5} {'kept':>4}")
+    for r in rows:
+        print(f"{r['op']:20} {r['mode']:6} {r.get('first_s', float('nan')):8.2f} {r.get('step_ms', float('nan')):8.3f} "
+              f"{r.get('taken_over', ''):>5} {len(r.get('kept', [])) if 'kept' in r else '':>4} "
+              f"{'ERR ' + r['error'][-120:] if 'error' in r else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
