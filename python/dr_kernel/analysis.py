@@ -34,7 +34,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .kernels.base import COMPILE_OPTIONS, BuiltinKernel, dtype_name, python_function
@@ -92,20 +92,69 @@ class DeviceLimits:
 
 H200 = DeviceLimits()
 
+# Other GPUs a configuration can be analysed for without having them: the figures are CUDA's
+# occupancy-calculator values for each compute capability (CUDA C++ Programming Guide, "Technical
+# Specifications per Compute Capability") and the SM counts and peaks of NVIDIA's data sheets
+# (dense tensor-core rates, i.e. without 2:4 sparsity). Every one of them reserves 1 KB of shared
+# memory per block, as sm_90 does.
+A100 = DeviceLimits(
+    name="NVIDIA A100-SXM4-80GB", arch=80, sm_count=108,
+    # 164 KB per SM; a block may opt in to 163 KB of it.
+    shared_per_sm=167936, shared_per_block=166912,
+    peak_tflops_fp16=312.0, peak_tflops_bf16=312.0, peak_tflops_tf32=156.0, peak_tflops_fp32=19.5,
+    peak_gbps=2039.0)
+L40S = DeviceLimits(
+    name="NVIDIA L40S", arch=89, sm_count=142,
+    # Ada: 100 KB per SM, 99 KB per block; 1536 threads (48 warps) and 24 blocks per SM.
+    shared_per_sm=102400, shared_per_block=101376, max_threads_per_sm=1536, max_warps_per_sm=48,
+    max_blocks_per_sm=24,
+    peak_tflops_fp16=362.0, peak_tflops_bf16=362.0, peak_tflops_tf32=183.0, peak_tflops_fp32=91.6,
+    peak_gbps=864.0)
+B200 = DeviceLimits(
+    name="NVIDIA B200", arch=100, sm_count=148,
+    # Blackwell keeps Hopper's 228 KB per SM and 227 KB per block.
+    shared_per_sm=233472, shared_per_block=232448,
+    peak_tflops_fp16=2250.0, peak_tflops_bf16=2250.0, peak_tflops_tf32=1125.0, peak_tflops_fp32=75.0,
+    peak_gbps=8000.0)
+
+# The devices `named_limits` knows, by the names a user types: the model and its architecture.
+KNOWN_DEVICES: dict[str, DeviceLimits] = {
+    "h200": H200, "sm_90": H200, "a100": A100, "sm_80": A100, "l40s": L40S, "sm_89": L40S,
+    "b200": B200, "sm_100": B200,
+}
+
+
+def named_limits(name: str) -> DeviceLimits:
+    """Returns the limits of a GPU this machine need not have, by model or architecture name
+    (h200, a100, l40s, b200, or sm_90, sm_80, sm_89, sm_100; case and "sm"/"sm_" do not matter)."""
+    key = name.strip().lower().replace("-", "_")
+    if key.startswith("sm") and not key.startswith("sm_"):
+        key = "sm_" + key[2:]
+    limits = KNOWN_DEVICES.get(key)
+    if limits is None:
+        raise ValueError(f"no limits are known for the device {name!r}; use one of {', '.join(KNOWN_DEVICES)}.")
+    return limits
+
 
 def device_limits(device: Any = 0) -> DeviceLimits:
     """Returns the limits of a visible CUDA device, read through torch where torch exposes them.
 
-    An H200 (or any device whose name contains "H200") gets the H200 constants. Other devices get
-    their own compute capability, SM count, shared memory, registers and threads; what torch does
-    not report keeps the sm_90 value, and the peak figures are 0 (unknown) because no API tells them.
+    An H200 (or any device whose name contains "H200") gets the H200 constants; an A100-SXM4-80GB,
+    L40S or B200 gets that model's constants (peaks included) under its own name. Other devices
+    get their own compute capability, SM count, shared memory, registers and threads; what torch
+    does not report keeps the sm_90 value, and the peak figures are 0 (unknown) because no API tells them.
     """
     import torch
 
     props = torch.cuda.get_device_properties(device)
     if "H200" in props.name:
         return H200
-    fields = {"name": props.name, "arch": props.major * 10 + props.minor, "sm_count": props.multi_processor_count,
+    arch = props.major * 10 + props.minor
+    for limits in (A100, L40S, B200):
+        # Other variants of a model (an A100 with 40 GB, a PCIe card) differ in bandwidth or clocks.
+        if limits.name.removeprefix("NVIDIA ") in props.name and arch == limits.arch:
+            return replace(limits, name=props.name, sm_count=props.multi_processor_count)
+    fields = {"name": props.name, "arch": arch, "sm_count": props.multi_processor_count,
               "peak_tflops_fp16": 0.0, "peak_tflops_bf16": 0.0, "peak_tflops_tf32": 0.0, "peak_tflops_fp32": 0.0,
               "peak_gbps": 0.0}
     for ours, theirs in (("warp_size", "warp_size"), ("registers_per_sm", "regs_per_multiprocessor"),

@@ -287,6 +287,15 @@ def _limits(gpu: bool):
     return device_limits(0) if gpu else H200
 
 
+def _named_limits(name: str):
+    from .analysis import named_limits
+
+    try:
+        return named_limits(name)
+    except ValueError as e:
+        raise UsageError(f"--device: {e}") from None
+
+
 def _warn_if_large(kernel, shape: dict, interpret: bool) -> None:
     # The interpreter runs a kernel as NumPy on the CPU, program by program: slow beyond toy sizes.
     if interpret and kernel.flops(shape) > 1e7:
@@ -310,6 +319,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     dtype = dtype_name(args.precision)
     gpu = _gpu_available()
     limits = _limits(gpu)
+    if args.device:
+        limits = _named_limits(args.device)
+        # A launch runs on the visible GPU: it is timed only when that is the device analysed for.
+        if gpu and _limits(True).arch != limits.arch:
+            gpu = False
+            print(f"note: the visible GPU is not a {limits.name}: static analysis only", file=sys.stderr)
     # The device as this process names it; measuring workers name GPUs by their visible ids.
     device = "cpu" if args.interpret else "cuda:0" if gpu else None
     _warn_if_large(kernel, shape, args.interpret)
@@ -323,7 +338,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
               "valid": report.valid, "reason": report.reason, "static": static, "flops": flops, "bytes": moved,
               "roofline_ms": roofline_ms(flops, moved, peak_tflops, peak_gbps), "measured": False}
     if device is None:
-        result["note"] = (f"no GPU: static analysis for the {limits.name} only (no timing, no correctness check)")
+        result["note"] = (f"{'' if args.device else 'no GPU: '}static analysis for the {limits.name} only "
+                          "(no timing, no correctness check)")
     elif not report.valid:
         result["note"] = "not launched: static analysis refused the config"
     else:
@@ -619,6 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds the compile may take (default 300)")
     p.add_argument("--interpret", action="store_true",
                    help="also run it in Triton's interpreter on the CPU (small shapes; not GPU times)")
+    p.add_argument("--device", help="analyse for this GPU instead of the visible one: h200, a100, l40s, b200 "
+                   "(or sm_90, sm_80, sm_89, sm_100); timed only if it is the visible GPU's architecture")
     p.add_argument("--json", action="store_true", help="print one JSON object (with 'valid' and 'reason')")
     p.set_defaults(func=cmd_evaluate)
 
