@@ -195,6 +195,58 @@ def test_family_compiles_for_the_h200_without_a_gpu(name):
         assert "f8E4M3FN" in report.ttgir
 
 
+# Shapes with both sizes divisible by 16 and sizes that are not, so that the launch's divisibility
+# attributes are exercised on both sides.
+SPECIALISATION_SHAPES = {
+    "layernorm": {"rows": 5, "cols": 320}, "layernorm_bwd": {"rows": 7, "cols": 96},
+    "cross_entropy": {"tokens": 3, "vocab": 1001}, "swiglu": {"tokens": 3, "ffn": 48},
+    "cumsum": {"rows": 2, "cols": 160}, "grouped_matmul": {"G": 2, "M": 17, "N": 32, "K": 48},
+    "fp8_matmul": {"M": 5, "N": 48, "K": 64},
+}
+
+
+@pytest.mark.parametrize("name", NEW_FAMILIES)
+def test_offline_compile_describes_the_launch_the_measuring_process_makes(name):
+    # The compile pool compiles compile_source(); the measuring process then launches the kernel
+    # and finds that binary in Triton's cache only if the launch specialises exactly the same way
+    # (otherwise every config compiles a second time, at launch, and a sweep takes twice as long).
+    # The launch's arguments are captured and classified by Triton's own launcher function.
+    import inspect
+
+    from dr_kernel.kernels.base import _is_constexpr, python_function
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    class Capture:
+        def __getitem__(self, grid):
+            return self.call
+
+        def call(self, *args, **kwargs):
+            self.args, self.kwargs = args, kwargs
+
+    kernel, shape = BUILTINS[name], SPECIALISATION_SHAPES[name]
+    config = next(iter(kernel.configs()))
+    capture = Capture()
+    kernel._launch(capture, kernel.make_inputs(shape, "bf16", "cpu"), config)
+    options = {k: capture.kwargs.pop(k) for k in ("num_warps", "num_stages") if k in capture.kwargs}
+    assert options == {k: v for k, v in config.items() if k in options}
+    fn = python_function(kernel.fn)
+    launched = inspect.signature(fn).bind(*capture.args, **capture.kwargs).arguments
+    signature, constexprs, attrs = {}, {}, {}
+    for index, param in enumerate(inspect.signature(fn).parameters.values()):
+        value = launched[param.name]
+        kind, attribute = ("constexpr", value) if _is_constexpr(param) else \
+            native_specialize_impl(BaseBackend, value, False, True, True)
+        signature[param.name] = kind
+        if kind == "constexpr":
+            constexprs[param.name] = attribute
+        elif isinstance(attribute, str):
+            attrs[(index,)] = BaseBackend.parse_attr(attribute)
+    ours = kernel.compile_source(shape, "bf16", config)
+    assert ours[0] == signature and ours[1] == constexprs
+    assert str(ours[2]) == str(attrs)  # Triton's cache key hashes the text, order included.
+
+
 # ----- the child process ----------------------------------------------------------------------
 
 def _relerr(out, ref) -> float:
