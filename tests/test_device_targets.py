@@ -46,8 +46,12 @@ def test_each_architecture_has_its_own_limits_and_they_set_occupancy():
     assert [occupancy(32, 40 * 1024, 4, d).blocks_per_sm for d in (L40S, A100, H200)] == [2, 4, 5]
     small = occupancy(32, 0, 4, L40S)
     assert (small.blocks_per_sm, small.occupancy, small.limiter) == (12, 1.0, "threads")
-    # Peaks are the data sheets' dense figures: the B200 doubles the H200's fp16 tensor rate.
+    # Peaks are the data sheets' dense figures: the B200 doubles the H200's fp16 tensor rate; fp8
+    # runs at twice the fp16 rate from Ada on, and not at all on Ampere.
     assert B200.peak_tflops("fp16", True) > 2 * H200.peak_tflops("fp16", True) > 6 * A100.peak_tflops("fp16", True)
+    for device in (L40S, H200, B200):
+        assert device.peak_tflops("fp8", True) == pytest.approx(2 * device.peak_tflops("fp16", True), rel=0.02)
+    assert A100.peak_tflops("fp8", True) == 0
 
 
 @pytest.mark.parametrize("name, mma", [("sm_80", "versionMajor = 2"), ("sm_89", "versionMajor = 2"),
@@ -92,6 +96,13 @@ def test_evaluate_analyses_for_the_named_device(capsys):
     assert result["device"] == A100.name and result["valid"] is False
     assert "allows 166912 B per block" in result["reason"] and result["measured"] is False
     assert result["note"].startswith("static analysis for the NVIDIA A100-SXM4-80GB only")
+    # The fp8 GEMM is held to the named device's fp8 peak, not to that of its bf16 output.
+    fp8_config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+    assert cli.main(["evaluate", "--kernel", "fp8_matmul", "--precision", "bf16", "--device", "b200", "--config",
+                     json.dumps(fp8_config), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["valid"] and result["device"] == B200.name
+    assert result["roofline_ms"] == pytest.approx(result["flops"] / 4500e12 * 1e3)
     assert cli.main([*argv, "--device", "pascal"]) == 2
     assert capsys.readouterr().err.strip() == (
         "dr-kernel evaluate: --device: no limits are known for the device 'pascal'; use one of h200, sm_90, a100, "

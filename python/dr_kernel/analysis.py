@@ -72,6 +72,8 @@ class DeviceLimits:
     peak_tflops_fp16: float = 989.0
     peak_tflops_bf16: float = 989.0
     peak_tflops_tf32: float = 494.0
+    # e4m3/e5m2 operands: twice the fp16 rate on Hopper and Ada, none on Ampere (0: unknown or absent).
+    peak_tflops_fp8: float = 1979.0
     peak_tflops_fp32: float = 67.0
     peak_gbps: float = 4800.0
 
@@ -87,7 +89,7 @@ class DeviceLimits:
         if not tensor_cores:
             return self.peak_tflops_fp32
         return {"fp16": self.peak_tflops_fp16, "bf16": self.peak_tflops_bf16,
-                "fp32": self.peak_tflops_tf32}.get(dtype, 0.0)
+                "fp32": self.peak_tflops_tf32, "fp8": self.peak_tflops_fp8}.get(dtype, 0.0)
 
 
 H200 = DeviceLimits()
@@ -102,6 +104,7 @@ A100 = DeviceLimits(
     # 164 KB per SM; a block may opt in to 163 KB of it.
     shared_per_sm=167936, shared_per_block=166912,
     peak_tflops_fp16=312.0, peak_tflops_bf16=312.0, peak_tflops_tf32=156.0, peak_tflops_fp32=19.5,
+    peak_tflops_fp8=0.0,
     peak_gbps=2039.0)
 L40S = DeviceLimits(
     name="NVIDIA L40S", arch=89, sm_count=142,
@@ -109,12 +112,14 @@ L40S = DeviceLimits(
     shared_per_sm=102400, shared_per_block=101376, max_threads_per_sm=1536, max_warps_per_sm=48,
     max_blocks_per_sm=24,
     peak_tflops_fp16=362.0, peak_tflops_bf16=362.0, peak_tflops_tf32=183.0, peak_tflops_fp32=91.6,
+    peak_tflops_fp8=733.0,
     peak_gbps=864.0)
 B200 = DeviceLimits(
     name="NVIDIA B200", arch=100, sm_count=148,
     # Blackwell keeps Hopper's 228 KB per SM and 227 KB per block.
     shared_per_sm=233472, shared_per_block=232448,
     peak_tflops_fp16=2250.0, peak_tflops_bf16=2250.0, peak_tflops_tf32=1125.0, peak_tflops_fp32=75.0,
+    peak_tflops_fp8=4500.0,
     peak_gbps=8000.0)
 
 # The devices `named_limits` knows, by the names a user types: the model and its architecture.
@@ -156,7 +161,7 @@ def device_limits(device: Any = 0) -> DeviceLimits:
             return replace(limits, name=props.name, sm_count=props.multi_processor_count)
     fields = {"name": props.name, "arch": arch, "sm_count": props.multi_processor_count,
               "peak_tflops_fp16": 0.0, "peak_tflops_bf16": 0.0, "peak_tflops_tf32": 0.0, "peak_tflops_fp32": 0.0,
-              "peak_gbps": 0.0}
+              "peak_tflops_fp8": 0.0, "peak_gbps": 0.0}
     for ours, theirs in (("warp_size", "warp_size"), ("registers_per_sm", "regs_per_multiprocessor"),
                          ("shared_per_sm", "shared_memory_per_multiprocessor"),
                          ("shared_per_block", "shared_memory_per_block_optin"),

@@ -331,7 +331,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     with CompilePool(workers=1, timeout_s=args.timeout) as pool:
         report = pool.map([CompileRequest(kernel.name, config, shape, dtype, limits)])[0]
     flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
-    peak_tflops, peak_gbps = limits.peak_tflops(dtype, kernel.tensor_cores), limits.peak_gbps
+    peak_tflops, peak_gbps = limits.peak_tflops(kernel.operand_dtype or dtype, kernel.tensor_cores), limits.peak_gbps
     static = {k: v for k, v in report.to_dict().items()
               if k not in ("kernel", "config", "shape", "dtype", "valid", "reason")}
     result = {"kernel": kernel.name, "shape": shape, "precision": dtype, "config": config, "device": limits.name,

@@ -173,6 +173,9 @@ class BuiltinKernel:
     _framework: Callable[[dict[str, Any]], Any] | None = None
     # Whether the kernel's work runs on tensor cores (tl.dot), which sets the peak it is held to.
     tensor_cores: bool = False
+    # The element type of the tensor cores' operands when it is not the problem's (the fp8 GEMM
+    # multiplies e4m3 whatever type it writes): the peak is that type's.
+    operand_dtype: str | None = None
 
     # ----- search space -------------------------------------------------------------------------
 

@@ -152,6 +152,7 @@ KERNEL = BuiltinKernel(
     reference_name="torch._scaled_mm (row-wise)",
     _framework=_framework,
     tensor_cores=True,
+    operand_dtype="fp8",
     output_name="c",
     _flops=lambda s: 2 * s["M"] * s["N"] * s["K"],
     # e4m3 operands (1 byte each), the output in the problem's type, the fp32 scales.
