@@ -247,6 +247,36 @@ def test_offline_compile_describes_the_launch_the_measuring_process_makes(name):
     assert str(ours[2]) == str(attrs)  # Triton's cache key hashes the text, order included.
 
 
+# ----- the device script ----------------------------------------------------------------------
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks", "sweep_families.sh")
+
+
+def test_the_device_scripts_schedule_names_real_problems_within_its_budget():
+    import re
+
+    from dr_kernel.kernels import dtype_name
+
+    text = open(SCRIPT).read()
+    assert subprocess.run(["bash", "-n", SCRIPT], capture_output=True).returncode == 0
+    schedule = re.findall(r"^sweep (\w+) +(\S+) +(\w+)$", text, flags=re.MULTILINE)
+    caps = {k: int(v) for k, v in re.findall(r"\[(\w+)\]=(\d+)", text.split("declare -A cap=")[1].split(")")[0])}
+    budget = int(re.search(r"SWEEP_BUDGET_S:-(\d+)", text).group(1))
+    assert sorted(caps) == sorted(NEW_FAMILIES) and sum(caps.values()) <= budget
+    # Rounds: every family's first problem before any family's second.
+    assert [family for family, _, _ in schedule[:len(NEW_FAMILIES)]] == NEW_FAMILIES
+    for name in NEW_FAMILIES:
+        problems = [(shape, precision) for family, shape, precision in schedule if family == name]
+        assert 2 <= len(problems) <= 3 and {p for _, p in problems} == {"fp16", "bf16"}, name
+        shapes = []
+        for shape, precision in problems:
+            dtype_name(precision)
+            values = {k: int(v) for k, v in (pair.split("=") for pair in shape.split(","))}
+            shapes.append(BUILTINS[name].check_shape(values))
+        # The problems are the family's own, and not twice the same.
+        assert sorted(map(str, shapes)) == sorted(map(str, BUILTINS[name].shapes)), name
+
+
 # ----- the child process ----------------------------------------------------------------------
 
 def _relerr(out, ref) -> float:
