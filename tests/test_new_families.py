@@ -156,6 +156,16 @@ def test_grouped_matmul_splits_tokens_unevenly_but_completely():
         BUILTINS["grouped_matmul"].make_inputs({"G": 8, "M": 4, "N": 16, "K": 16}, "fp16", "cpu")
 
 
+def test_layernorm_bwd_refuses_a_row_wider_than_it_can_hold_in_one_sentence():
+    kernel = BUILTINS["layernorm_bwd"]
+    config = {"ROWS_PER_PROGRAM": 4, "num_warps": 8}
+    assert kernel.compile_source({"rows": 8, "cols": 65536}, "bf16", config)[1]["BLOCK_N"] == 65536
+    with pytest.raises(ValueError, match="cols must be between 1 and 65536, not 65537"):
+        kernel.compile_source({"rows": 8, "cols": 65537}, "bf16", config)
+    with pytest.raises(ValueError, match="cols must be between 1 and 65536, not 70000"):
+        kernel.make_inputs({"rows": 1, "cols": 70000}, "fp16", "cpu")
+
+
 def test_fp8_matmul_refuses_an_unaligned_k_in_one_sentence():
     with pytest.raises(ValueError, match="K must be a multiple of 16"):
         BUILTINS["fp8_matmul"].make_inputs({"M": 4, "N": 4, "K": 40}, "bf16", "cpu")

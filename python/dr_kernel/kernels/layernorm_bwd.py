@@ -21,6 +21,17 @@ import triton.language as tl
 from .base import BuiltinKernel, Pointer, cdiv
 
 EPS = 1e-5
+# The widest row one program takes: with 32 warps that is already 64 elements per thread of each of
+# x, dy, w, x̂ and the two sums (which spill); wider rows need a kernel that splits them.
+MAX_COLS = 65536
+
+
+def row_block(cols: int) -> int:
+    """Returns BLOCK_N for rows of `cols` elements (the next power of two), or raises ValueError."""
+    if not 0 < cols <= MAX_COLS:
+        raise ValueError(f"layernorm_bwd keeps a whole row in registers: cols must be between 1 and {MAX_COLS}, "
+                         f"not {cols}.")
+    return triton.next_power_of_2(cols)
 
 
 @triton.jit
@@ -62,7 +73,7 @@ def _arguments(shape, dtype, config):
     rows, cols = shape["rows"], shape["cols"]
     return {"x_ptr": Pointer(dtype), "w_ptr": Pointer(dtype), "dy_ptr": Pointer(dtype), "mean_ptr": Pointer("fp32"),
             "rstd_ptr": Pointer("fp32"), "dx_ptr": Pointer(dtype), "dwdb_ptr": Pointer("fp32"), "n_rows": rows,
-            "n_cols": cols, "stride": cols, "BLOCK_N": triton.next_power_of_2(cols), **config}
+            "n_cols": cols, "stride": cols, "BLOCK_N": row_block(cols), **config}
 
 
 def _make_inputs(shape, dtype, device, seed):
@@ -70,6 +81,7 @@ def _make_inputs(shape, dtype, device, seed):
 
     generator = torch.Generator(device=device).manual_seed(seed)
     rows, cols = shape["rows"], shape["cols"]
+    row_block(cols)
     x = torch.randn((rows, cols), generator=generator, device=device, dtype=dtype) + 0.5
     w = torch.randn((cols,), generator=generator, device=device, dtype=dtype)
     dy = torch.randn((rows, cols), generator=generator, device=device, dtype=dtype)
@@ -95,7 +107,7 @@ def _launch(fn, inputs, config):
     programs = cdiv(rows, config["ROWS_PER_PROGRAM"])
     partial = torch.empty((programs, 2, cols), device=x.device, dtype=torch.float32)
     fn[(programs,)](x, inputs["w"], inputs["dy"], inputs["mean"], inputs["rstd"], grads, partial, rows, cols,
-                    x.stride(0), BLOCK_N=triton.next_power_of_2(cols), **config)
+                    x.stride(0), BLOCK_N=row_block(cols), **config)
     grads[rows:].copy_(partial.sum(dim=0))
     return grads
 
