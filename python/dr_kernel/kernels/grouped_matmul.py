@@ -3,11 +3,11 @@
 The tokens routed to each expert are sorted by expert into one (M, K) matrix A, group g owning
 rows group_end[g-1] to group_end[g] (uneven, as routing makes them); B holds one (K, N) weight per
 expert. The kernel is the persistent grouped GEMM of Triton's tutorial (08-grouped-gemm) in the
-MoE layout: a fixed grid of NUM_SMS · PROGRAMS_PER_SM programs walks the output tiles of all
-groups in order, each program taking every (NUM_SMS · PROGRAMS_PER_SM)-th tile, so that one launch
-serves any split of the tokens without knowing it on the host. NUM_SMS is the device's SM count
-(a constant of the device, not tuned); PROGRAMS_PER_SM, the tile sizes, warps and pipeline
-stages are tuned. Accumulation is in fp32.
+MoE layout: a fixed grid of num_sms · PROGRAMS_PER_SM programs walks the output tiles of all
+groups in order, each program taking every (num_sms · PROGRAMS_PER_SM)-th tile, so that one launch
+serves any split of the tokens without knowing it on the host. num_sms is the device's SM count,
+an argument (so one binary serves every GPU of an architecture); PROGRAMS_PER_SM, the tile sizes,
+warps and pipeline stages are tuned. Accumulation is in fp32.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ import triton.language as tl
 
 from .base import BuiltinKernel, Pointer
 
-# The H200's SM count: the NUM_SMS a compile without a GPU assumes, and the launch's on a CPU.
+# The H200's SM count: the num_sms a compile without a GPU assumes, and the launch's on a CPU. The
+# SM counts of the A100 (108), L40S (142) and B200 (148) specialise the same way (not multiples of 16).
 H200_SMS = 132
 
 
 @triton.jit
 def grouped_matmul_kernel(a_ptr, b_ptr, c_ptr, group_end_ptr, n_groups, N, K, stride_am, stride_bg, stride_bk,
-                          stride_bn, stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, NUM_SMS: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
+                          stride_bn, stride_cm, num_sms, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr):
     tile = tl.program_id(0)
     tiles_n = tl.cdiv(N, BLOCK_N)
     first_tile = 0
@@ -50,7 +51,7 @@ def grouped_matmul_kernel(a_ptr, b_ptr, c_ptr, group_end_ptr, n_groups, N, K, st
                 b_ptrs += BLOCK_K * stride_bk
             c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :]
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < row_end) & (offs_n[None, :] < N))
-            tile += NUM_SMS * PROGRAMS_PER_SM
+            tile += num_sms * PROGRAMS_PER_SM
         first_tile += group_tiles
         row_start = row_end
 
@@ -72,7 +73,7 @@ def _arguments(shape, dtype, config):
     N, K = shape["N"], shape["K"]
     return {"a_ptr": Pointer(dtype), "b_ptr": Pointer(dtype), "c_ptr": Pointer(dtype), "group_end_ptr": Pointer("i32"),
             "n_groups": shape["G"], "N": N, "K": K, "stride_am": K, "stride_bg": K * N, "stride_bk": N,
-            "stride_bn": 1, "stride_cm": N, "NUM_SMS": H200_SMS, **config}
+            "stride_bn": 1, "stride_cm": N, "num_sms": H200_SMS, **config}
 
 
 def _make_inputs(shape, dtype, device, seed):
@@ -101,7 +102,7 @@ def _launch(fn, inputs, config):
         "grouped_matmul tensors must be contiguous and under 2^31 elements each"
     grid = (inputs["num_sms"] * config["PROGRAMS_PER_SM"],)
     return fn[grid](a, b, c, inputs["group_end"], G, N, K, a.stride(0), b.stride(0), b.stride(1), b.stride(2),
-                    c.stride(0), NUM_SMS=inputs["num_sms"], **config)
+                    c.stride(0), inputs["num_sms"], **config)
 
 
 def _per_group(inputs, a, b):
