@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <mutex>
 
 #include "dr_kernel/env.h"
@@ -65,9 +66,16 @@ Prior PriorFromModel(const CostModel* model, const Problem& problem, const Space
   prior.log_ms.assign(n, 0.0);
   prior.log_std.assign(n, 1.0);
   prior.p_fail.assign(n, 0.1);
+  prior.trust = 0;
   if (model && model->fitted()) {
+    // A family the model has rows of ranks well (leave-one-problem-out); one it has never seen is
+    // predicted from the analytic estimate or generic features alone, which may be far off.
     space.ForEach([&](const Config& c) {
-      const auto p = model->Predict(problem, space.Named(c));
+      const ModelInput input = model->Input(problem, space.Named(c));
+      prior.trust = input.family_seen ? kSeenFamilyTrust : kUnseenFamilyTrust;
+      if (!input.family_seen && !model->features().Estimate(problem, space.Named(c)).known)
+        prior.trust = kUnknownKernelTrust;
+      const auto p = model->Predict(input);
       const uint64_t i = space.Index(c);
       prior.log_ms[i] = p.log_ms;
       prior.log_std[i] = p.log_ms_std;
@@ -128,7 +136,22 @@ Agent TrainAgent(const std::vector<ProblemTable>& tables, const TrainOptions& op
     model->Fit();
     agent.model = model;
   }
-  // Recorded problems, each with the prior of a model that has not seen it.
+  // Recorded problems, each with the prior of a model that has not seen it, and (when the tables
+  // hold several families) again with the prior of a model that has not seen its family, with and
+  // without the feature table's knowledge of the kernel: priors that may be confidently wrong, as
+  // they are on a user's new kernel, so that the policy learns to act on the session's trust.
+  std::map<std::string, std::shared_ptr<CostModel>> without_family;
+  if (options.use_model && options.family_tasks) {
+    for (const auto& t : tables) without_family.emplace(t.problem.family, nullptr);
+    if (without_family.size() < 2) without_family.clear();
+    for (auto& [family, model] : without_family) {
+      model = std::make_shared<CostModel>(options.model);
+      for (const auto& t : tables)
+        if (t.problem.family != family) model->Add(t);
+      if (model->num_ok_rows() == 0) model.reset();
+      else model->Fit();
+    }
+  }
   for (size_t i = 0; i < tables.size(); ++i) {
     const Space space = TableSpace(tables[i]);
     std::unique_ptr<CostModel> others;
@@ -139,8 +162,19 @@ Agent TrainAgent(const std::vector<ProblemTable>& tables, const TrainOptions& op
       if (others->num_ok_rows() == 0) others.reset();
       else others->Fit();
     }
-    tasks->push_back(Task::FromTable(tables[i], PriorFromModel(others.get(), tables[i].problem, space),
-                                     ProblemFeaturesFor(agent.model.get(), tables[i].problem, space)));
+    const auto features = ProblemFeaturesFor(agent.model.get(), tables[i].problem, space);
+    tasks->push_back(
+        Task::FromTable(tables[i], PriorFromModel(others.get(), tables[i].problem, space), features));
+    if (const auto it = without_family.find(tables[i].problem.family); it != without_family.end() && it->second) {
+      tasks->push_back(
+          Task::FromTable(tables[i], PriorFromModel(it->second.get(), tables[i].problem, space), features));
+      tasks->back().label += " (family unseen)";
+      // And as a kernel the feature table does not know either (generic features only).
+      Problem renamed = tables[i].problem;
+      renamed.family = "new kernel " + renamed.family;
+      tasks->push_back(Task::FromTable(tables[i], PriorFromModel(it->second.get(), renamed, space), features));
+      tasks->back().label += " (kernel unknown)";
+    }
   }
   r.table_tasks = static_cast<int>(tasks->size());
   // Synthetic problems: the truth is one ensemble member's landscape, the prior is the ensemble's
@@ -159,6 +193,7 @@ Agent TrainAgent(const std::vector<ProblemTable>& tables, const TrainOptions& op
       prior.log_ms.assign(space->product_size(), 0.0);
       prior.log_std.assign(space->product_size(), 1.0);
       prior.p_fail.assign(space->product_size(), 0.1);
+      prior.trust = kSeenFamilyTrust;
       space->ForEach([&](const Config& c) {
         const uint64_t i = space->Index(c);
         const ModelInput input = agent.model->Input(problem, space->Named(c));

@@ -18,6 +18,12 @@ constexpr double kFailWeight = 2.0;
 constexpr int kMaxFreeStreak = 3;
 // Unmeasured candidates a jump compares after correcting their predictions.
 constexpr int kJumpCandidates = 48;
+// Measured times closer than this (log) are a tie for the rank correlation: timing noise, not rank.
+constexpr double kTieLog = 0.05;
+// Scale of the Thompson-style noise on a jump's score, in units of the belief's uncertainty.
+constexpr double kThompson = 0.25;
+// Draws a random jump makes before it accepts a config the prior expects to fail.
+constexpr int kAvoidFailDraws = 16;
 
 double Clip(double v, double lo, double hi) { return std::min(hi, std::max(lo, v)); }
 
@@ -38,9 +44,9 @@ void Prior::Rank(const Space& space) {
 }
 
 Session::Session(const Space& space, const Prior& prior, std::vector<double> problem_features, int64_t budget,
-                 RewardConfig rewards)
+                 RewardConfig rewards, uint64_t seed, TrustConfig trust)
     : space_(space), prior_(&prior), problem_features_(std::move(problem_features)), budget_(budget),
-      rewards_(rewards) {
+      rewards_(rewards), trust_config_(trust), rng_(seed) {
   if (space.num_params() > static_cast<size_t>(kSlots))
     throw SpaceError("the ppo strategy handles spaces of at most " + std::to_string(kSlots) +
                      " parameters; this one has " + std::to_string(space.num_params()) +
@@ -71,11 +77,40 @@ double Session::Predict(const Config& config, double* std) const {
   return prior_->log_ms[index] + bias + local;
 }
 
+double Session::rank_correlation() const { return rank_correlation_; }
+
+double Session::trust() const {
+  const double prior_trust = Clip(prior_->trust, 0, 1);
+  const double n = static_cast<double>(pair_predicted_.size());
+  if (static_cast<int>(n) < trust_config_.min_pairs) return prior_trust;
+  return (n * std::max(0.0, rank_correlation_) + trust_config_.shrink * prior_trust) / (n + trust_config_.shrink);
+}
+
+double Session::random_jump_probability() const {
+  const double doubt = 1 - trust();
+  return doubt * doubt;
+}
+
 std::optional<Config> Session::JumpTarget() const {
   if (jump_known_) return jump_;
   jump_known_ = true;
   const auto& order = prior_->order;
   while (order_start_ < order.size() && measured_.count(order[order_start_])) ++order_start_;
+  jump_.reset();
+  if (order_start_ >= order.size()) return jump_;
+  // The first measurement tests the prior's own best guess: one evaluation settles a good prior.
+  const bool first = measured_.empty();
+  if (!first && rng_.Uniform() < random_jump_probability()) {
+    // Random search over the untried configs, avoiding those the prior expects to fail for a while
+    // (resource limits carry across families better than times do).
+    const uint64_t left = order.size() - order_start_;
+    for (int draw = 0; draw < 4 * kAvoidFailDraws; ++draw) {
+      const uint64_t i = order[order_start_ + rng_.Below(left)];
+      if (measured_.count(i) || (draw < kAvoidFailDraws && prior_->p_fail[i] > 0.5)) continue;
+      jump_ = space_.FromIndex(i);
+      return jump_;
+    }
+  }
   std::optional<Config> best;
   double best_score = kInf;
   int compared = 0;
@@ -84,7 +119,9 @@ std::optional<Config> Session::JumpTarget() const {
     const Config c = space_.FromIndex(order[i]);
     double std = 0;
     const double mean = Predict(c, &std);
-    const double score = JumpScore(mean, std, prior_->p_fail[order[i]]);
+    // A Thompson-style draw: the optimistic score plus a quarter of the belief's uncertainty times N(0, 1).
+    const double noise = first ? 0.0 : kThompson * std * rng_.Normal();
+    const double score = JumpScore(mean, std, prior_->p_fail[order[i]]) + noise;
     if (score < best_score) {
       best_score = score;
       best = c;
@@ -119,10 +156,38 @@ std::vector<uint8_t> Session::Mask() const {
   return mask;
 }
 
+namespace {
+
+// Kendall's rank correlation of (predicted, measured) over the pairs whose measured times differ by
+// more than kTieLog, turned into the Pearson scale by sin(pi/2 tau) (exact for Gaussian data), so
+// that trust reads like a correlation; 0 with fewer than `min_pairs` such pairs.
+double RankCorrelation(const std::vector<double>& predicted, const std::vector<double>& measured, int min_pairs) {
+  double concordant = 0, discordant = 0;
+  for (size_t i = 0; i < measured.size(); ++i) {
+    for (size_t j = i + 1; j < measured.size(); ++j) {
+      const double dm = measured[i] - measured[j];
+      const double dp = predicted[i] - predicted[j];
+      if (std::abs(dm) <= kTieLog || dp == 0) continue;
+      (dm * dp > 0 ? concordant : discordant) += 1;
+    }
+  }
+  if (concordant + discordant < min_pairs) return 0;
+  const double tau = (concordant - discordant) / (concordant + discordant);
+  return std::sin(1.5707963267948966 * tau);
+}
+
+}  // namespace
+
 void Session::Observe(const Config& config, const Measurement& m) {
   const uint64_t index = space_.Index(config);
   const bool ok = m.ok();
   const double log_ms = ok ? std::log(m.ms) : kInf;
+  if (ok) {
+    // What the session believed just before measuring: an honest, out-of-sample prediction.
+    pair_predicted_.push_back(Predict(config));
+    pair_measured_.push_back(log_ms);
+    rank_correlation_ = RankCorrelation(pair_predicted_, pair_measured_, trust_config_.min_pairs);
+  }
   measured_[index] = {ok, log_ms, m.n_regs, m.n_spills, m.shared};
   jump_known_ = false;
   if (ok) {
@@ -222,7 +287,8 @@ void Session::FillDirection(const Config& target, double current_log, double* ou
   }
   double std = 0;
   const double mean = Predict(target, &std);
-  out[4] = std::isfinite(current_log) ? Clip(mean - current_log, -1, 1) : 0;
+  // Predicted differences count as far as the session trusts its beliefs.
+  out[4] = std::isfinite(current_log) ? trust() * Clip(mean - current_log, -1, 1) : 0;
   out[5] = Clip(std, 0, 1);
   out[6] = prior_->p_fail[index];
 }
@@ -240,10 +306,13 @@ std::vector<double> Session::Observation() const {
   obs[6] = Clip(free_streak_ / static_cast<double>(kMaxFreeStreak), 0, 1);
   if (auto jump = JumpTarget(); jump && any_ok) {
     double std = 0;
-    obs[7] = Clip(Predict(*jump, &std) - best_log_, -1, 1);
+    obs[7] = trust() * Clip(Predict(*jump, &std) - best_log_, -1, 1);
     obs[8] = Clip(std, 0, 1);
   }
   obs[9] = any_ok ? 1 : 0;
+  obs[10] = trust();
+  obs[11] = Clip(rank_correlation_, -1, 1);
+  obs[12] = Clip(prior_->trust, 0, 1);
   for (int i = 0; i < kProblemFeatures; ++i) obs[kGlobalFeatures + i] = problem_features_[i];
   if (!has_position_) return obs;
   const uint64_t here = space_.Index(position_);
@@ -309,6 +378,8 @@ Prior NoisyPrior(const std::vector<double>& true_log_ms, const std::vector<uint8
   double worst = -kInf;
   for (size_t i = 0; i < n; ++i)
     if (ok[i]) worst = std::max(worst, true_log_ms[i]);
+  // A prior as noisy as a log-time error of 1 is about as good as none.
+  prior.trust = Clip(1 - noise, 0, 1);
   for (size_t i = 0; i < n; ++i) {
     prior.log_ms[i] = (ok[i] ? true_log_ms[i] : worst) + noise * rng.Normal();
     prior.p_fail[i] = ok[i] ? 0.05 : 0.8;

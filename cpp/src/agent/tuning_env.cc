@@ -37,7 +37,8 @@ std::vector<double> TuningEpisodeEnv::Reset(uint64_t seed) {
   Rng rng(seed);
   task_ = &(*tasks_)[rng.Below(tasks_->size())];
   budget_ = options_.min_budget + static_cast<int64_t>(rng.Below(options_.max_budget - options_.min_budget + 1));
-  session_ = std::make_unique<Session>(*task_->space, *task_->prior, task_->problem_features, budget_, options_.rewards);
+  session_ = std::make_unique<Session>(*task_->space, *task_->prior, task_->problem_features, budget_, options_.rewards,
+                                       rng.Next());
   steps_ = 0;
   best_ms_ = kInf;
   best_after_eval_.clear();

@@ -22,9 +22,12 @@ struct Transition {
 };
 
 // Chooses an allowed action: at random with probability epsilon, else the policy's most probable
-// one, or (when it learns) one drawn from it, so that its updates are on-policy.
-Transition ChooseAction(const rl::ActorCritic& policy, const agent::Session& s, double epsilon, bool sample,
-                        Rng& rng) {
+// one, or (when it learns) one drawn from it, so that its updates are on-policy. With probability
+// doubt x the session's random-jump probability, (1 - trust)^2, the action is a jump instead: as the
+// measurements show the prior ranking badly, the walk gives way to jumps, and the jumps to random
+// search over the untried configs.
+Transition ChooseAction(const rl::ActorCritic& policy, const agent::Session& s, double epsilon, double doubt,
+                        bool sample, Rng& rng) {
   Transition t;
   const auto mask = s.Mask();
   std::vector<int> allowed;
@@ -44,6 +47,7 @@ Transition ChooseAction(const rl::ActorCritic& policy, const agent::Session& s, 
     t.action = policy.Greedy(t.obs, t.mask)[0];
   }
   if (rng.Uniform() < epsilon) t.action = allowed[rng.Below(allowed.size())];
+  if (doubt > 0 && mask[agent::kJump] && rng.Uniform() < doubt * s.random_jump_probability()) t.action = agent::kJump;
   if (sample) t.log_prob = policy.LogProbs(t.obs, t.mask)(0, t.action);
   return t;
 }
@@ -81,6 +85,9 @@ void Reward(std::vector<Transition>* steps, const agent::StepReward& r) {
   }
 }
 
+// Trust below which the session's cost model is refitted every `doubt_refit` measurements.
+constexpr double kDoubtfulTrust = 0.5;
+
 void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   const auto trained = agent::DefaultAgent();
   if (!trained)
@@ -91,15 +98,20 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   auto prior = std::make_unique<agent::Prior>(agent::PriorFromModel(trained->model.get(), problem, space));
   // The session's own copy of the cost model, refitted with its measurements every `refit` of them.
   const int64_t refit = options.Int("refit");
+  // While the session's trust in the prior is low, refit after this many (sooner than `refit`).
+  const int64_t doubt_refit = options.Int("doubt_refit");
+  const double doubt = options.Get("doubt");
   std::unique_ptr<CostModel> model;
-  if (refit > 0 && trained->model) model = std::make_unique<CostModel>(*trained->model);
+  if ((refit > 0 || doubt_refit > 0) && trained->model) model = std::make_unique<CostModel>(*trained->model);
   std::vector<std::pair<NamedValues, Measurement>> unfitted;
   std::vector<std::unique_ptr<agent::Prior>> old_priors;  // Kept alive: sessions point at the current one.
   const auto features = agent::ProblemFeaturesFor(trained->model.get(), problem, space);
   const int64_t planned = std::min<int64_t>(evaluator.budget().max_evals, options.Int("horizon"));
   const int walkers = static_cast<int>(std::max<int64_t>(1, options.Int("walkers")));
   std::vector<agent::Session> sessions;
-  for (int w = 0; w < walkers; ++w) sessions.emplace_back(space, *prior, features, planned);
+  // Each walker explores with its own seed drawn from the session's: runs differ with the seed.
+  for (int w = 0; w < walkers; ++w)
+    sessions.emplace_back(space, *prior, features, planned, agent::RewardConfig{}, rng.Next());
   double epsilon = options.Get("epsilon");
   const double decay = options.Get("decay");
   // Online fine-tuning: the session's own copy of the policy, updated from its walkers' decisions.
@@ -118,7 +130,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       agent::Session& s = sessions[w];
       // Free moves (onto measured configs) cost nothing; a few in a row before a measurement.
       for (int step = 0; step < 8; ++step) {
-        Transition t = ChooseAction(policy, s, epsilon, learn, rng);
+        Transition t = ChooseAction(policy, s, epsilon, doubt, learn, rng);
         if (t.action < 0) break;
         const auto move = s.Resolve(t.action);
         if (learn) decisions[w].push_back(std::move(t));
@@ -163,7 +175,12 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     }
     if (model) {
       for (size_t i = 0; i < batch.size(); ++i) unfitted.emplace_back(space.Named(batch[i]), results[i]);
-      if (static_cast<int64_t>(unfitted.size()) >= refit) {
+      double trust = 0;
+      for (const auto& s : sessions) trust += s.trust() / walkers;
+      const bool due = refit > 0 && static_cast<int64_t>(unfitted.size()) >= refit;
+      const bool in_doubt = doubt_refit > 0 && trust < kDoubtfulTrust &&
+                            static_cast<int64_t>(unfitted.size()) >= doubt_refit;
+      if (due || in_doubt) {
         // The tuned problem's rows weigh like many: they are the only ones that are about it.
         model->Update(problem, unfitted, options.Get("refit_weight"));
         unfitted.clear();
@@ -196,6 +213,11 @@ StrategyInfo PpoStrategy() {
            {"refit", "refit the session's cost model after this many new measurements (0: never; the GPU "
                      "tuning session sets 8)", 0},
            {"refit_weight", "weight of the tuned problem's rows in a refit", 10},
+           {"doubt", "weight of the trust shift: probability (1 - trust)^2 times this that an action becomes a "
+                     "jump (trust: rank correlation of the session's predictions with its measurements)", 1},
+           {"doubt_refit", "while trust is below 0.5, refit the session's cost model after this many new "
+                           "measurements (0: only as `refit` says; a refit takes about a second on the bundled "
+                           "tables, nothing beside a GPU measurement but most of a replay's time)", 0},
            {"learn", "learning rate of online PPO updates of the session's policy (0: the policy stays fixed)", 0},
            {"learn_every", "measurements between online policy updates", 16}},
           Run};

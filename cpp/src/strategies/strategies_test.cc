@@ -174,5 +174,24 @@ TEST(PpoTest, OnlineFineTuningKeepsTheBudgetAndIsSeeded) {
   EXPECT_NE(greedy, traces[0]);
 }
 
+TEST(PpoTest, RunsVaryWithTheSessionSeed) {
+  // The greedy policy with a seeded session: where the agent is unsure (Thompson draws among its
+  // candidates, random jumps while its predictions rank badly) the seed decides, so replays over
+  // seeds give a spread, not one run repeated.
+  EnsureAgent();
+  for (size_t t : {0u, 4u, 7u}) {
+    std::set<std::vector<uint64_t>> distinct;
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      ReplayEnv env(Tables()[t]);
+      Evaluator evaluator(env, Budget{30});
+      RunStrategy("ppo", evaluator, seed);
+      std::vector<uint64_t> trace;
+      for (const auto& trial : evaluator.history()) trace.push_back(env.space().Index(trial.config));
+      distinct.insert(trace);
+    }
+    EXPECT_GE(distinct.size(), 4u) << Tables()[t].problem.Label();
+  }
+}
+
 }  // namespace
 }  // namespace dr_kernel

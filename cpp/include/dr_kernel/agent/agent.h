@@ -22,8 +22,15 @@ struct Agent {
 void SetDefaultAgent(std::shared_ptr<const Agent> agent);
 std::shared_ptr<const Agent> DefaultAgent();
 
+// Prior::trust of a model's prior on a family it was trained on; on one it has never seen but
+// whose launches the feature table can estimate (waves, traffic, an analytic time); and on a kernel
+// it knows nothing of (generic features only: parameter values by name or position).
+inline constexpr double kSeenFamilyTrust = 0.8;
+inline constexpr double kUnseenFamilyTrust = 0.6;
+inline constexpr double kUnknownKernelTrust = 0.0;
+
 // The prior of every config of `space` for `problem`: the model's predictions, or, without a
-// model, the same time for every config with a wide uncertainty. Ranked.
+// model, the same time for every config with a wide uncertainty (trust 0). Ranked.
 Prior PriorFromModel(const CostModel* model, const Problem& problem, const Space& space);
 // Problem features for the observation from the model's analytic estimate (zeros when unknown).
 std::vector<double> ProblemFeaturesFor(const CostModel* model, const Problem& problem, const Space& space);
@@ -34,6 +41,9 @@ struct TrainOptions {
   int synthetic_tasks = 24;   // Simulated problems between the recorded ones.
   double synthetic_prior_noise = 0.25;  // Log-time error of the agent's prior on them.
   bool use_model = true;      // False: train and tune with an uninformed prior (ablation).
+  // Also practise every recorded problem with the prior of a model that has not seen its family
+  // (when the tables hold more than one family).
+  bool family_tasks = true;
   uint64_t seed = 0;
 };
 

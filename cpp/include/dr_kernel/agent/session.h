@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dr_kernel/problem.h"
+#include "dr_kernel/rng.h"
 #include "dr_kernel/space.h"
 
 namespace dr_kernel::agent {
@@ -24,7 +25,7 @@ inline constexpr int kSlots = 8;
 inline constexpr int kJump = 2 * kSlots;
 inline constexpr int kNumActions = 2 * kSlots + 1;
 // Sizes of the observation's parts.
-inline constexpr int kGlobalFeatures = 10;
+inline constexpr int kGlobalFeatures = 13;
 inline constexpr int kProblemFeatures = 4;
 // Static and hardware features of the current config (see ConfigFeatures).
 inline constexpr int kConfigFeatures = 12;
@@ -59,6 +60,10 @@ struct Prior {
   std::vector<uint64_t> order;
   // Hardware estimates by Space::Index; empty when the model knows nothing of the kernel.
   std::vector<ConfigEstimate> estimates;
+  // How far the prior is trusted before anything is measured, in [0, 1]: high when the model was
+  // trained on the problem's family, low for a family it has never seen, 0 without a model. The
+  // session moves it towards the rank correlation it measures (Session::trust()).
+  double trust = 0.5;
 
   // Orders the valid configs of `space` by predicted time and failure risk.
   void Rank(const Space& space);
@@ -89,12 +94,30 @@ struct StepReward {
   std::vector<std::pair<int, double>> credit_back;
 };
 
+// How a session weighs its prior against its measurements.
+//
+// After every measurement the session compares what it believed of the config just before
+// measuring it (Predict) with what it measured: the Spearman rank correlation over those pairs
+// says how well its beliefs rank this problem's configs. Trust is that correlation (negative
+// counts as 0) shrunk towards the prior's own trust by `shrink` pseudo-pairs. With trust t, a jump
+// measures a uniformly random unmeasured config with probability (1 - t)^2, and otherwise the most
+// promising one by a Thompson-style draw (the predicted log time plus a quarter of its uncertainty times a
+// standard normal); the first jump of a session measures the prior's best guess. Predicted
+// differences in the observation are scaled by t. At t = 0 every jump after the first is random
+// search over the untried configs.
+struct TrustConfig {
+  double shrink = 4;   // Pseudo-pairs at Prior::trust.
+  int min_pairs = 3;   // Pairs before the measured correlation counts at all.
+};
+
 class Session {
  public:
   // `prior` must outlive the session. `problem_features` are kProblemFeatures numbers describing
   // the problem (see ProblemFeatures()). `budget` is the number of measurements the session plans.
+  // `seed` seeds the session's exploration (random and Thompson jumps): sessions with different
+  // seeds measure different configs wherever they are not sure.
   Session(const Space& space, const Prior& prior, std::vector<double> problem_features, int64_t budget,
-          RewardConfig rewards = {});
+          RewardConfig rewards = {}, uint64_t seed = 0, TrustConfig trust = {});
 
   // The observation and action mask at the current position.
   std::vector<double> Observation() const;
@@ -116,6 +139,15 @@ class Session {
   std::optional<Config> JumpTarget() const;
   // Believed log time of a config: the prior corrected by the residuals measured so far.
   double Predict(const Config& config, double* std = nullptr) const;
+
+  // Spearman rank correlation between predictions made just before measuring and the measured
+  // times, over the ok measurements (0 with fewer than TrustConfig::min_pairs of them).
+  double rank_correlation() const;
+  // The session's trust in its prior, in [0, 1] (see TrustConfig).
+  double trust() const;
+  // Probability that a jump now measures a uniformly random unmeasured config: (1 - trust)^2.
+  double random_jump_probability() const;
+  int ranked_pairs() const { return static_cast<int>(pair_predicted_.size()); }
 
   bool has_position() const { return has_position_; }
   const Config& position() const { return position_; }
@@ -146,6 +178,11 @@ class Session {
   std::vector<std::vector<double>> residual_at_;
   std::vector<double> residual_;
   double residual_sum_ = 0;
+  // (belief just before measuring, measured log time) of ok measurements, and their correlation.
+  std::vector<double> pair_predicted_, pair_measured_;
+  double rank_correlation_ = 0;
+  TrustConfig trust_config_;
+  mutable Rng rng_;
 
   bool has_position_ = false;
   Config position_;
