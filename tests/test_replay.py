@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from dr_kernel import _core
+from dr_kernel import POLICY_FILE, _core
 from dr_kernel.cli import main
 
 STRATEGIES = [s[0] for s in _core.strategies()]
@@ -98,8 +98,36 @@ def test_replay_plot_and_table(tmp_path, capsys):
     assert main(["replay", "--budget", "30", "--repeats", "3", "--plot", str(png)]) == 0
     text = capsys.readouterr().out
     for name in STRATEGIES:
-        assert f" {name} " in text
+        if name != "ppo":
+            assert f" {name} " in text
+    # The shipped agent was trained on every bundled table: its rows would be in-sample.
+    assert " ppo " not in text
+    assert "ppo: shown only on problems the shipped agent was not trained on" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_replay_shows_the_agent_only_on_problems_it_was_not_trained_on(tmp_path, table_paths):
+    trained = json.loads((POLICY_FILE.parent / "trained_on.json").read_text())
+    seen = table_paths[[p.name for p in table_paths].index("rmsnorm_4096x4096_fp16.jsonl")]
+    assert {"family": "rmsnorm", "shape": {"rows": 4096, "cols": 4096}, "dtype": "", "device": "NVIDIA H200"} in \
+        trained["problems"]
+    # The same table under a shape the agent has never seen is out of sample.
+    unseen = tmp_path / "rmsnorm_4000x4096.jsonl"
+    lines = [json.loads(line) for line in seen.read_text().splitlines()]
+    for line in lines:
+        line["shape"]["rows"] = 4000
+    unseen.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = run_cli("replay", "--data", str(seen), str(unseen), "--strategy", "random,ppo", "--budget", "20",
+                  "--repeats", "2")
+    assert out.returncode == 0, out.stderr
+    ppo_rows = [line for line in out.stdout.splitlines() if " ppo " in line]
+    assert len(ppo_rows) == 1 and "rows=4000" in ppo_rows[0]
+    assert len([line for line in out.stdout.splitlines() if " random " in line]) == 2
+    assert "1 of 2 are in its training data and left out" in out.stdout
+    report = json.loads(run_cli("replay", "--data", str(seen), str(unseen), "--strategy", "ppo", "--budget", "20",
+                                "--repeats", "2", "--json").stdout)
+    assert [p["shape"]["rows"] for p in report["problems"]] == [4000]
+    assert report["in_sample_problems_left_out"] == 1
 
 
 def test_bad_input_gets_one_clear_line(tmp_path, table_paths):

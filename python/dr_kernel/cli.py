@@ -51,8 +51,18 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from . import _core
+    from . import POLICY_FILE, _core
     from .report import plot_replay
+
+    def problem_key(problem: dict) -> str:
+        return json.dumps({k: problem[k] for k in ("family", "shape", "dtype", "device")}, sort_keys=True)
+
+    # `dr-kernel train` lists beside policy.bin the problems the agent was trained on (None: unknown).
+    trained_on_file = POLICY_FILE.parent / "trained_on.json"
+    trained_on = None
+    if trained_on_file.exists():
+        trained_on = {problem_key(p) for p in json.loads(trained_on_file.read_text())["problems"]}
+    agent_strategies = ("ppo",)  # Strategies that use the trained agent.
 
     paths = [str(p) for p in (args.data or bundled_tables())]
     if args.budget < 1 or args.repeats < 1:
@@ -63,14 +73,35 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if options and len(strategies) > 1:
         raise UsageError("--option applies to one strategy: name a single --strategy with it")
 
-    reports = {}
+    # The agent is replayed only on tables it was not trained on: in-sample figures are no result.
+    unseen = [t for t in tables if trained_on is None or problem_key(t.problem) not in trained_on]
+    reports, held_back = {}, {}
     for name in strategies:
-        reports[name] = _core.replay(tables, name, args.budget, args.repeats, args.within, args.seed, options)
+        replayed = unseen if name in agent_strategies else tables
+        held_back[name] = len(tables) - len(replayed)
+        if replayed:
+            reports[name] = _core.replay(replayed, name, args.budget, args.repeats, args.within, args.seed, options)
     if args.json:
-        for report in reports.values():
-            print(report.to_json())
+        for name in strategies:
+            if name in agent_strategies:
+                out = json.loads(reports[name].to_json()) if name in reports else {"strategy": name, "problems": []}
+                out["agent_training"] = "unknown" if trained_on is None else "none of these problems"
+                out["in_sample_problems_left_out"] = held_back[name]
+                print(json.dumps(out))
+            else:
+                print(reports[name].to_json())
     else:
         _print_replay(reports, args)
+        for name in strategies:
+            if name not in agent_strategies:
+                continue
+            if trained_on is None:
+                print(f"\n{name}: the agent does not record what it was trained on ({trained_on_file.name} is "
+                      "missing): its rows may be in-sample; leave-one-family-out figures are in benchmarks/agent.md")
+            elif held_back[name]:
+                print(f"\n{name}: shown only on problems the shipped agent was not trained on; {held_back[name]} of "
+                      f"{len(tables)} are in its training data and left out (in-sample rows are no result). "
+                      "Leave-one-family-out figures: benchmarks/agent.md")
     if args.plot:
         plot_replay({name: r.curves for name, r in reports.items()}, args.plot, args.within)
         if not args.json:
@@ -125,6 +156,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     if sys.stderr.isatty():
         print(file=sys.stderr)
     report["seconds"] = time.perf_counter() - start
+    # What the agent has seen, so that replay shows it only on what it has not.
+    (out / "trained_on.json").write_text(json.dumps({
+        "files": [Path(p).name for p in paths], "ppo_steps": args.ppo_steps, "bc_episodes": args.bc_episodes,
+        "synthetic": args.synthetic, "seed": args.seed,
+        "problems": [{k: t.problem[k] for k in ("family", "shape", "dtype", "device")} for t in tables],
+    }, indent=1) + "\n")
     if args.json:
         print(json.dumps(report))
     else:
@@ -132,7 +169,7 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"steps ({report['bc_accuracy']:.1%} agreement): {report['bc_seconds']:.1f} s; PPO "
               f"{report['ppo_steps']:,} simulated steps over {report['table_tasks']} recorded and "
               f"{report['synthetic_tasks']} synthetic problems: {report['ppo_seconds']:.1f} s")
-        print(f"wrote {out / POLICY_FILE.name} and {out / MODEL_FILE.name}")
+        print(f"wrote {out / POLICY_FILE.name}, {out / MODEL_FILE.name} and {out / 'trained_on.json'}")
     return 0
 
 
