@@ -6,6 +6,7 @@
 //                              [--repeats R] [--budget B] [--problems i,j,...] [--families a,b,...]
 //                              [--ablations 0|1] [--refit N] [--tables first|all] [--json PATH]
 //                              [--sampled 0|1] [--seed S] [--ppo-option NAME=VALUE ...]
+//                              [--unknown-kernel 0|1]
 //
 // --holdout problem (the default) holds out one problem at a time and trains on all the others
 // (leave-one-problem-out: the problem's family, often a similar shape, stays in training).
@@ -19,6 +20,9 @@
 // which take most of the time. --seed seeds the agent's training (default 0, as `dr-kernel train`);
 // the R runs of every strategy, ppo included, use session seeds 0 .. R-1. --ppo-option sets an
 // option of the ppo strategy (see `dr-kernel strategies`) for every ppo run; it may be repeated.
+// --unknown-kernel 1 renames the held-out tables' family, so that the feature table does not
+// recognise it either (no analytic estimate, generic features only): the held-out problems are then
+// what a user's kernel of a new family is to the agent, not only a family without tables.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -101,6 +105,7 @@ int main(int argc, char** argv) {
   std::string which_tables, json_path, holdout = "problem";
   std::set<std::string> only_families;
   std::map<std::string, double> ppo_options;
+  bool unknown_kernel = false;
   uint64_t seed = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -115,6 +120,7 @@ int main(int argc, char** argv) {
     else if (flag == "--json") json_path = value;
     else if (flag == "--seed") seed = std::stoull(value);
     else if (flag == "--holdout") holdout = value;
+    else if (flag == "--unknown-kernel") unknown_kernel = value != "0";
     else if (flag == "--ppo-option") {
       const size_t eq = value.find('=');
       if (eq == std::string::npos) {
@@ -194,6 +200,12 @@ int main(int argc, char** argv) {
     std::vector<ProblemTable> train, held;
     for (size_t j = 0; j < tables.size(); ++j) (out.count(j) ? held : train).push_back(tables[j]);
     std::vector<Row> fold_rows(held.size());
+    for (size_t i = 0; i < held.size(); ++i) {
+      fold_rows[i].label = held[i].problem.Label();
+      fold_rows[i].key = held[i].problem.Key();
+      fold_rows[i].family = held[i].problem.family;
+      if (unknown_kernel) held[i].problem.family = "new kernel " + held[i].problem.family;
+    }
     ReplaySettings settings;
     settings.budget = budget;
     settings.repeats = repeats;
@@ -214,9 +226,6 @@ int main(int argc, char** argv) {
     model.Fit();
     for (size_t i = 0; i < held.size(); ++i) {
       Row& row = fold_rows[i];
-      row.label = held[i].problem.Label();
-      row.key = held[i].problem.Key();
-      row.family = held[i].problem.family;
       ReplayEnv env(held[i]);
       const auto prior = agent::PriorFromModel(&model, held[i].problem, env.space());
       row.evals["model-only"] = static_cast<double>(EvalsInOrder(env, prior.order, 1.05, budget));
