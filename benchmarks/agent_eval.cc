@@ -6,7 +6,7 @@
 //                              [--repeats R] [--budget B] [--problems i,j,...] [--families a,b,...]
 //                              [--ablations 0|1] [--refit N] [--tables first|all] [--json PATH]
 //                              [--sampled 0|1] [--seed S] [--ppo-option NAME=VALUE ...]
-//                              [--unknown-kernel 0|1]
+//                              [--unknown-kernel 0|1] [--family-tasks 0|1]
 //
 // --holdout problem (the default) holds out one problem at a time and trains on all the others
 // (leave-one-problem-out: the problem's family, often a similar shape, stays in training).
@@ -23,6 +23,8 @@
 // --unknown-kernel 1 renames the held-out tables' family, so that the feature table does not
 // recognise it either (no analytic estimate, generic features only): the held-out problems are then
 // what a user's kernel of a new family is to the agent, not only a family without tables.
+// --family-tasks 0 trains without the extra tasks whose priors come from models that have not seen
+// the task's family (agent::TrainOptions::family_tasks), for an ablation.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -105,7 +107,7 @@ int main(int argc, char** argv) {
   std::string which_tables, json_path, holdout = "problem";
   std::set<std::string> only_families;
   std::map<std::string, double> ppo_options;
-  bool unknown_kernel = false;
+  bool unknown_kernel = false, family_tasks = true;
   uint64_t seed = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -121,6 +123,7 @@ int main(int argc, char** argv) {
     else if (flag == "--seed") seed = std::stoull(value);
     else if (flag == "--holdout") holdout = value;
     else if (flag == "--unknown-kernel") unknown_kernel = value != "0";
+    else if (flag == "--family-tasks") family_tasks = value != "0";
     else if (flag == "--ppo-option") {
       const size_t eq = value.find('=');
       if (eq == std::string::npos) {
@@ -237,6 +240,7 @@ int main(int argc, char** argv) {
       agent::TrainOptions options;
       options.seed = seed;
       options.use_model = v.model;
+      options.family_tasks = family_tasks;
       options.pretrain.bc_episodes = v.bc ? bc_episodes : 0;
       options.pretrain.ppo_steps = v.ppo ? ppo_steps : 0;
       const auto start = std::chrono::steady_clock::now();
