@@ -23,8 +23,8 @@
 // --unknown-kernel 1 renames the held-out tables' family, so that the feature table does not
 // recognise it either (no analytic estimate, generic features only): the held-out problems are then
 // what a user's kernel of a new family is to the agent, not only a family without tables.
-// --family-tasks 0 trains without the extra tasks whose priors come from models that have not seen
-// the task's family (agent::TrainOptions::family_tasks), for an ablation.
+// --family-tasks 1 also trains on the tasks whose priors come from models that have not seen the
+// task's family (agent::TrainOptions::family_tasks, off by default as in `dr-kernel train`).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   std::string which_tables, json_path, holdout = "problem";
   std::set<std::string> only_families;
   std::map<std::string, double> ppo_options;
-  bool unknown_kernel = false, family_tasks = true;
+  bool unknown_kernel = false, family_tasks = agent::TrainOptions{}.family_tasks;
   uint64_t seed = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
