@@ -108,6 +108,24 @@ def make_op(name: str):
     return step
 
 
+def tuned_kernels() -> dict:
+    """Every autotuned kernel that chose a config: its winner per key, and for dr_kernel's the
+    configs measured and the seconds its tunings took."""
+    import gc
+
+    import triton
+
+    out = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, triton.runtime.Autotuner) and obj.cache:
+            entry = {"winners": {str(k): str(v) for k, v in obj.cache.items()}}
+            if hasattr(obj, "evaluations"):
+                entry.update(evaluations=obj.evaluations, tuning_s=round(obj.tuning_s, 3),
+                             statuses=obj.last_session.statuses() if obj.last_session else None)
+            out[obj.base_fn.__name__] = entry
+    return out
+
+
 def child(op: str, mode: str) -> dict:
     import torch
     from triton import knobs
@@ -139,7 +157,7 @@ def child(op: str, mode: str) -> dict:
         b.synchronize()
         times.append(a.elapsed_time(b))
     result = {"op": op, "mode": mode, "first_s": first, "step_ms": statistics.median(times),
-              "compiles_in_process": compiles}
+              "compiles_in_process": compiles, "kernels": tuned_kernels()}
     if mode != "stock":
         import dr_kernel
 
@@ -178,7 +196,8 @@ def main() -> int:
                     out = subprocess.run([sys.executable, __file__, "--out", args.out, "--child", op, mode],
                                          capture_output=True, text=True, env=env, timeout=args.timeout)
                     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
-                    row = json.loads(line[7:]) if line else {"op": op, "mode": mode, "error": out.stderr[-1500:]}
+                    error = "\n".join(ln for ln in out.stderr.splitlines() if "Warning" not in ln)[-3000:]
+                    row = json.loads(line[7:]) if line else {"op": op, "mode": mode, "error": error}
                 except subprocess.TimeoutExpired:
                     row = {"op": op, "mode": mode, "error": f"timed out after {args.timeout:.0f} s"}
                 row["process_s"] = time.time() - t0

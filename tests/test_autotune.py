@@ -97,7 +97,7 @@ import sys, torch, triton
 import autotune_kernels as k
 import dr_kernel
 kind = type(k.heuristics_below).__module__
-if kind == "dr_kernel.autotune":  # Stock autotune cannot time in the interpreter: run ours only.
+if kind == "dr_kernel.dropin":  # Stock autotune cannot time in the interpreter: run ours only.
     n = 100
     x = torch.randn(n)
     y = torch.empty(n)
@@ -110,7 +110,7 @@ print(kind, len(dr_kernel.taken_over()), sys.argv[1:])
 def test_environment_variable_switches_a_program_without_editing_it(tmp_path):
     (tmp_path / "prog.py").write_text(SCRIPT)
     out = _run(["prog.py", "a"], tmp_path, DR_KERNEL_AUTOTUNE="narrow")
-    assert out.stdout.split() == ["dr_kernel.autotune", "8", "['a']"]
+    assert out.stdout.split() == ["dr_kernel.dropin", "8", "['a']"]
     out = _run(["prog.py", "a"], tmp_path)
     assert out.stdout.split()[:2] == ["triton.runtime.autotuner", "0"]
 
@@ -118,7 +118,7 @@ def test_environment_variable_switches_a_program_without_editing_it(tmp_path):
 def test_python_m_dr_kernel_run_switches_a_script(tmp_path):
     (tmp_path / "prog.py").write_text(SCRIPT)
     out = _run(["-m", "dr_kernel", "run", "--narrow", "prog.py", "--flag"], tmp_path)
-    assert out.stdout.split() == ["dr_kernel.autotune", "8", "['--flag']"]
+    assert out.stdout.split() == ["dr_kernel.dropin", "8", "['--flag']"]
 
 
 def test_widen_searches_past_the_list_and_checks_each_config(tmp_path):

@@ -51,11 +51,12 @@ def process_is_gone(pid: int) -> bool:
         return True
 
 
-def test_a_stuck_task_times_out_alone_and_its_worker_and_child_are_killed(tmp_path):
+@pytest.mark.parametrize("fork", [False, True], ids=["fresh", "forked"])
+def test_a_stuck_task_times_out_alone_and_its_worker_and_child_are_killed(tmp_path, fork):
     pid_file = tmp_path / "pids"
     requests = [request(sleep=0.1, hash="a"), request(child_pid_file=str(pid_file), sleep=60),
                 request(sleep=0.2, hash="b"), request(sleep=0.1, hash="c"), request(sleep=0.1, hash="d")]
-    with CompilePool(workers=2, timeout_s=1.5, task=pretend_compile) as pool:
+    with CompilePool(workers=2, timeout_s=1.5, task=pretend_compile, fork=fork) as pool:
         start = time.monotonic()
         reports = pool.map(requests)
         elapsed = time.monotonic() - start
@@ -78,10 +79,11 @@ def test_a_stuck_task_times_out_alone_and_its_worker_and_child_are_killed(tmp_pa
         assert worker_pid not in {r.n_regs for r in again}
 
 
-def test_a_crashing_or_raising_task_costs_only_its_own_request():
+@pytest.mark.parametrize("fork", [False, True], ids=["fresh", "forked"])
+def test_a_crashing_or_raising_task_costs_only_its_own_request(fork):
     requests = [request(hash="a"), request(exit=3), request(hash="b"), request(**{"raise": "bad tile"}),
                 request(hash="c")]
-    with CompilePool(workers=2, timeout_s=30, task=pretend_compile) as pool:
+    with CompilePool(workers=2, timeout_s=30, task=pretend_compile, fork=fork) as pool:
         reports = pool.map(requests)
     assert [r.valid for r in reports] == [True, False, True, False, True]
     assert reports[1].reason == "compile worker died (exit code 3)"

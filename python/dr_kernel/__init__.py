@@ -36,10 +36,20 @@ _load_shipped_agent()
 
 
 # The two doors: @optimize (dr_kernel's signature) and autotune (triton.autotune's, for code we did
-# not write; install() puts it in triton.autotune's place for the whole process).
-from .autotune import autotune  # noqa: E402
-from .decorator import optimize  # noqa: E402
-from .switch import install, installed, kept, taken_over, uninstall  # noqa: E402
+# not write; install() puts it in triton.autotune's place for the whole process). They import
+# Triton, which reads TRITON_INTERPRET when its kernels are decorated: they load on first use, so
+# that `import dr_kernel` leaves the variable to be set afterwards (the interpreter's workers do).
+_LAZY = {"autotune": "dropin", "optimize": "decorator", "install": "switch", "installed": "switch",
+         "kept": "switch", "taken_over": "switch", "uninstall": "switch"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'dr_kernel' has no attribute {name!r}")
+
 
 __all__ = ["DATA_DIR", "autotune", "bundled_tables", "install", "installed", "kept", "optimize", "taken_over",
            "uninstall"]

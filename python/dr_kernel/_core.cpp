@@ -121,6 +121,9 @@ Space MakeSpace(const std::vector<std::pair<std::string, nb::list>>& params,
 }  // namespace
 
 NB_MODULE(_core, m) {
+  // Spaces and stores held by kernels at module level (a decorated kernel keeps its store) are
+  // still alive when the interpreter shuts down; nanobind would report each as a leak.
+  nb::set_leak_warnings(false);
   m.doc() = "dr_kernel's C++ engine";
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {

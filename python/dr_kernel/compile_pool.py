@@ -169,6 +169,57 @@ def _worker_main(connection, task: Callable[[Any], Any]) -> None:
 
 # ----- the parent side ---------------------------------------------------------------------------
 
+class _Forked:
+    """A forked worker process, with the part of subprocess.Popen's interface the pool uses."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"compile worker {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _fork(child: socket.socket, task: Callable[[Any], Any]) -> _Forked:
+    """Starts a worker as a fork of this process: it has every module the caller imported (Triton,
+    torch, the library whose kernels it compiles), so it is ready in milliseconds where a fresh
+    interpreter takes seconds. The child only compiles: it never touches the GPU (a CUDA context
+    does not survive a fork), and leaves with os._exit so that no inherited exit handler runs."""
+    pid = os.fork()
+    if pid:
+        child.close()
+        return _Forked(pid)
+    code = 0
+    try:
+        os.setsid()  # As start_new_session: the parent kills the worker and its ptxas together.
+        _worker_main(multiprocessing.connection.Connection(child.detach()), task)
+    except BaseException:  # noqa: BLE001 -- the parent sees the worker die and reports it.
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def fork_workers() -> bool:
+    """Whether compile workers are forked: on Linux, unless kernels run in Triton's interpreter
+    (whose own @jit helpers cannot be compiled, so workers must import Triton afresh) or
+    DR_KERNEL_COMPILE_FORK=0."""
+    return (sys.platform.startswith("linux") and not os.environ.get("TRITON_INTERPRET")
+            and os.environ.get("DR_KERNEL_COMPILE_FORK", "1") != "0")
+
+
 class _Worker:
     """The parent's handle on one worker: its process, its pipe and what it is doing.
 
@@ -178,8 +229,13 @@ class _Worker:
     the ptxas it is running with one signal; killing only the worker would leave ptxas running.
     """
 
-    def __init__(self, task: Callable[[Any], Any]) -> None:
+    def __init__(self, task: Callable[[Any], Any], fork: bool = False) -> None:
         parent, child = socket.socketpair()
+        if fork:
+            self.process = _fork(child, task)
+            self.connection = multiprocessing.connection.Connection(parent.detach())
+            self._init_state()
+            return
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         # Workers compile; they never interpret. Under TRITON_INTERPRET=1 triton.language's own
@@ -192,6 +248,9 @@ class _Worker:
         self.connection = multiprocessing.connection.Connection(parent.detach())
         # Plain pickle by reference: the task is a module-level function the child imports.
         self.connection.send_bytes(pickle.dumps(task))
+        self._init_state()
+
+    def _init_state(self) -> None:
         self.started = time.monotonic()
         self.ready = False
         self.index: int | None = None  # The ticket of the request it is compiling, if any.
@@ -249,7 +308,7 @@ class CompilePool:
 
     def __init__(self, workers: int | None = None, timeout_s: float = 120.0,
                  task: Callable[[Any], Any] = analyse_request, max_tasks_per_worker: int | None = None,
-                 startup_timeout_s: float = 120.0) -> None:
+                 startup_timeout_s: float = 120.0, fork: bool = False) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s={timeout_s} is not positive; give the seconds one compile may take.")
         self.workers = max(1, workers or os.cpu_count() or 1)
@@ -257,6 +316,7 @@ class CompilePool:
         self.task = task
         self.max_tasks_per_worker = max_tasks_per_worker
         self.startup_timeout_s = startup_timeout_s
+        self.fork = fork  # Workers forked from this process (see fork_workers()) rather than started afresh.
         self._pool: list[_Worker] = []
         self._failed_starts = 0
         self._requests: dict[int, Any] = {}  # Submitted and not yet answered, by ticket.
@@ -374,7 +434,7 @@ class CompilePool:
     def _top_up(self, wanted: int) -> None:
         # Replaces dead workers and starts new ones while fewer than `wanted` are alive.
         while len(self._pool) < wanted:
-            self._pool.append(_Worker(self.task))
+            self._pool.append(_Worker(self.task, fork=self.fork))
 
     def _failure(self, request: Any, reason: str, compile_s: float | None) -> Any:
         if isinstance(request, CompileRequest):

@@ -90,7 +90,7 @@ def note_kept(name: str, reason: str) -> None:
 
 def _autotune(configs, key, **kwargs):
     """What triton.autotune is while installed."""
-    from .autotune import Autotuner, autotune, stock_options
+    from .dropin import Autotuner, autotune, stock_options
 
     original = _STATE["original"]
     options = _STATE["options"]

@@ -1,7 +1,7 @@
 """The machinery behind both decorators: key → stored winner or a tuning session → launch.
 
 Two doors lead here. ``@optimize`` (decorator.py) takes dr_kernel's richer signature;
-``dr_kernel.autotune`` (autotune.py) takes exactly ``triton.autotune``'s, for code we did not
+``dr_kernel.autotune`` (dropin.py) takes exactly ``triton.autotune``'s, for code we did not
 write. Both build a TunedKernel, which behaves as Triton's autotuner does where a caller can see
 it: it is a KernelInterface (``kernel[grid](...)``), it stacks with ``@triton.heuristics`` above
 or below, it reads ``arg_names`` from what it wraps, its key is the key arguments' values plus the
@@ -252,14 +252,15 @@ _SHARED_POOL: list = []
 def shared_compile_pool(timeout_s: float):
     """One CompilePool for the whole process: its workers start once (importing Triton and the
     user's modules costs seconds) and serve every kernel and key."""
-    from .compile_pool import CompilePool
+    from .compile_pool import CompilePool, fork_workers
     from .session import compile_workers
 
     with _POOL_LOCK:
         if not _SHARED_POOL or _SHARED_POOL[0].timeout_s != timeout_s:
             if _SHARED_POOL:
                 _SHARED_POOL.pop().close()
-            _SHARED_POOL.append(CompilePool(workers=compile_workers(len(visible_devices())), timeout_s=timeout_s))
+            _SHARED_POOL.append(CompilePool(workers=compile_workers(len(visible_devices())), timeout_s=timeout_s,
+                                            fork=fork_workers()))
         return _SHARED_POOL[0]
 
 
@@ -689,7 +690,7 @@ class TunedKernel(TritonAutotuner):
             raise RuntimeError(f"tuning {self.__name__} for key {key}: none of the {len(history)} configs measured "
                                f"ran correctly ({session.statuses()}); check the kernel, its reference and the space")
         store.put_winner(store_key, session.best_config, session.best_ms, len(history))
-        self.tuning_s = time.perf_counter() - started
+        self.tuning_s += time.perf_counter() - started
         return session.best_config
 
     def _note(self, text: str) -> None:
