@@ -11,11 +11,10 @@ import warnings
 
 os.environ["TRITON_INTERPRET"] = "1"
 warnings.simplefilter("ignore")
+import dr_kernel  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.runtime.autotuner  # noqa: E402
-
-import dr_kernel  # noqa: E402
 
 mode = sys.argv[1]
 decorated = []
