@@ -260,7 +260,7 @@ def run_launch_overhead(args, store) -> dict:
     import triton
     from dr_kernel import optimize
     from dr_kernel.kernels.softmax import softmax_kernel
-    from dr_kernel.space import to_triton_config
+    from dr_kernel.space import config_dict, to_triton_config
 
     use_cache(args.cache, LAUNCH)
     calls = 20 if SMOKE["on"] else 2000 if args.quick else 20000
@@ -270,7 +270,7 @@ def run_launch_overhead(args, store) -> dict:
     opt = optimize(max_evals=2, key=["n_cols"], space=space, strategy="exhaustive",
                    db=str(args.out / "results.db"))(softmax_kernel)
     opt[(4,)](x, y, 256, 256)  # Tunes (two configs) and stores the winner.
-    winner = dict(opt.cache[next(iter(opt.cache))])
+    winner = config_dict(opt.cache[next(iter(opt.cache))])
     do_bench = (lambda fn, quantiles: [cpu_bench(fn, 1)] * len(quantiles)) if SMOKE["on"] else None
     tuned = triton.autotune(configs=[to_triton_config({"BLOCK": 256, "num_warps": w, "num_stages": 1})
                                      for w in (1, 2)], key=["n_cols"], do_bench=do_bench)(softmax_kernel)

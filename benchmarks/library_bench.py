@@ -117,7 +117,7 @@ def tuned_kernels() -> dict:
 
     out = {}
     for obj in gc.get_objects():
-        if isinstance(obj, triton.runtime.Autotuner) and obj.cache:
+        if isinstance(obj, triton.runtime.Autotuner) and isinstance(obj.cache, dict) and obj.cache:
             entry = {"winners": {str(k): str(v) for k, v in obj.cache.items()}}
             if hasattr(obj, "evaluations"):
                 entry.update(evaluations=obj.evaluations, tuning_s=round(obj.tuning_s, 3),
@@ -162,7 +162,7 @@ def child(op: str, mode: str) -> dict:
         import dr_kernel
 
         result["taken_over"] = len(dr_kernel.taken_over())
-        result["kept"] = dr_kernel.kept()
+        result["kept"] = [(name, reason[:1500]) for name, reason in dr_kernel.kept()]
     return result
 
 
@@ -196,7 +196,9 @@ def main() -> int:
                     out = subprocess.run([sys.executable, __file__, "--out", args.out, "--child", op, mode],
                                          capture_output=True, text=True, env=env, timeout=args.timeout)
                     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
-                    error = "\n".join(ln for ln in out.stderr.splitlines() if "Warning" not in ln)[-3000:]
+                    lines = out.stderr.splitlines()
+                    error = "\n".join([ln for ln in lines if "dr_kernel:" in ln][:3] +
+                                      [ln for ln in lines if "Warning" not in ln and "mask" not in ln][-30:])
                     row = json.loads(line[7:]) if line else {"op": op, "mode": mode, "error": error}
                 except subprocess.TimeoutExpired:
                     row = {"op": op, "mode": mode, "error": f"timed out after {args.timeout:.0f} s"}

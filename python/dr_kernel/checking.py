@@ -7,10 +7,10 @@ tuner makes runs on a scratch copy of the arguments, reset to the caller's value
 checking launch; the caller's tensors are only ever written by the one real launch of the winner.
 
 A config is checked against a reference result (the user's reference function, or the first
-config of the library's list) on what both define: the elements that both launches changed from
-the caller's values. Kernels that write only part of an output (blocks of a triangle, whose
-diagonal blocks cover more with larger tiles) are compared where both wrote; elements left as the
-caller had them, garbage in a ``torch.empty`` output included, are left out. The
+config of the library's list) on what the reference defines: the elements its launch changed from
+the caller's values. A config must write those alike; what it writes beyond them is left out, so
+kernels that write only part of an output (blocks of a triangle, whose diagonal blocks cover more
+with larger tiles) are compared fairly, and garbage in a ``torch.empty`` output never counts. The
 difference must stay within the rounding of the output's dtype: configs sum in different orders.
 
 Exceptions are classified as ``triton.autotune`` does: the compiler's errors and resource limits
@@ -117,12 +117,14 @@ def written(scratch: Mapping[str, Any], pristine: Mapping[str, Any]) -> list[str
 
 
 def difference(out, ref, pristine) -> float:
-    """Relative L2 difference of `out` from `ref` over the elements both changed from `pristine`
-    (what both configs define: a config with larger tiles may write more of a partly written
-    output); inf where they disagree on NaN or infinity, or for integers that differ at all."""
+    """Relative L2 difference of `out` from `ref` over the elements the reference changed from
+    `pristine`: what it defines must be defined alike (an element the config left unwritten keeps
+    its pristine value and differs), while elements only the config wrote are its own business (a
+    config with larger tiles may write more of a partly written output). inf where they disagree
+    on NaN or infinity, or for integers that differ at all."""
     import torch
 
-    defined = changed(out, pristine) & changed(ref, pristine)
+    defined = changed(ref, pristine)
     if not bool(defined.any()):
         return 0.0
     a, b = out[defined], ref[defined]
@@ -151,15 +153,20 @@ def config_failure_kinds() -> tuple[type, ...]:
 
 def classify(error: BaseException) -> dict:
     """The measurement of a launch that raised: out_of_resources or compile_error for the
-    failures triton.autotune skips a config for, launch_error for anything else (the kernel's or
-    its caller's fault, which triton.autotune would raise)."""
+    failures triton.autotune skips a config for (and the driver's "too many resources requested"
+    refusal, which triton.autotune would raise), launch_error for anything else (the kernel's or
+    its caller's fault, which triton.autotune raises too)."""
     try:
         kinds = config_failure_kinds()
         from triton.runtime.errors import OutOfResources
     except ImportError:  # Triton missing: nothing is known to be a config's failure.
         kinds, OutOfResources = (), ()
     text = f"{type(error).__name__}: {error}"
-    if OutOfResources and isinstance(error, OutOfResources):
+    lowered = text.lower()
+    if (OutOfResources and isinstance(error, OutOfResources)) or "out of resource" in lowered \
+            or "too many resources requested" in lowered:
+        # Also the driver's launch refusal, which reaches Python as a plain RuntimeError: the
+        # config asks more of the device than it has, whatever raised it.
         status = "out_of_resources"
     elif kinds and isinstance(error, kinds):
         status = "compile_error"

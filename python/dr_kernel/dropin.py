@@ -35,15 +35,21 @@ class Autotuner(TunedKernel):
     _stock = None
 
     def run(self, *args, **kwargs):
-        if self._stock is not None:
-            return self._stock.run(*args, **kwargs)
-        if self.fallback is None:
+        if self._stock is None and self.fallback is None:
             return super().run(*args, **kwargs)
+        if self._stock is None:
+            try:
+                return super().run(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 -- the library's own autotune decides instead.
+                import traceback
+
+                frame = traceback.extract_tb(error.__traceback__)[-1]
+                self._hand_back(f"{type(error).__name__}: {error} (at {frame.filename}:{frame.lineno})")
         try:
-            return super().run(*args, **kwargs)
-        except Exception as error:  # noqa: BLE001 -- the library's own autotune decides instead.
-            self._hand_back(f"{type(error).__name__}: {error}")
             return self._stock.run(*args, **kwargs)
+        finally:
+            # Wrappers (FlagGems' LibEntry) read the config of the launch from this object.
+            self.best_config = getattr(self._stock, "best_config", None)
 
     def _hand_back(self, reason: str) -> None:
         from . import switch

@@ -505,7 +505,7 @@ class TunedKernel(TritonAutotuner):
             inner = inner.fn
         return values
 
-    def _static_stage(self, nargs: dict, kwargs: dict):
+    def _static_stage(self, nargs: dict, kwargs: dict | None = None):
         """A StaticStage that compiles this kernel's configs for the call's device in the shared
         compile pool, or None (with one warning per kernel) when the kernel or its arguments
         cannot be described to the compiler: then every config is measured unvetted."""
@@ -514,6 +514,7 @@ class TunedKernel(TritonAutotuner):
         from .kernels.base import Pointer, specialise
         from .session import StaticStage
 
+        kwargs = kwargs or {}
         if not self.static_checks:
             return None
         try:
