@@ -14,14 +14,26 @@ def plot_replay(curves: dict[str, list[tuple[dict, list[float]]]], path: Path | 
     matplotlib.use("Agg")  # Files only: no display on CI or the GPU machine.
     import matplotlib.pyplot as plt
 
-    problems = [p for p, _ in next(iter(curves.values()))]
+    # Strategies may cover different problems (the agent only those it did not train on): panels
+    # follow the union, in first-seen order, and each strategy draws where it has a curve.
+    def key(problem: dict) -> str:
+        return repr(sorted((k, repr(v)) for k, v in problem.items()))
+
+    problems: list[dict] = []
+    for pairs in curves.values():
+        for problem, _ in pairs:
+            if key(problem) not in {key(p) for p in problems}:
+                problems.append(problem)
+    by_problem = {name: {key(p): c for p, c in pairs} for name, pairs in curves.items()}
     cols = min(4, len(problems))
     rows = math.ceil(len(problems) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
     for i, problem in enumerate(problems):
         ax = axes[i // cols][i % cols]
-        for name, pairs in curves.items():
-            curve = pairs[i][1]
+        for name in curves:
+            curve = by_problem[name].get(key(problem))
+            if curve is None:
+                continue
             xs = [x + 1 for x, y in enumerate(curve) if math.isfinite(y)]
             ys = [y for y in curve if math.isfinite(y)]
             ax.plot(xs, ys, label=name, linewidth=1.4)
