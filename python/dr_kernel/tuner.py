@@ -33,7 +33,7 @@ from typing import Any
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
 from .checking import difference, is_tensor, restore, scratch_copies, tensor_of, tolerance, written
-from .measure import Job, MeasurePool, MeasureSettings, visible_devices
+from .measure import Job, MeasurePool, MeasureSettings, relative_error, visible_devices
 from .space import LAUNCH_OPTIONS, config_dict, make_space
 
 # Keyword arguments Triton's launch path passes down that are not kernel arguments.
@@ -214,7 +214,7 @@ class KernelJob(Job):
         worst, relerr, why = 0.0, 0.0, None
         for name, out, ref in zip(state["outputs"], outs, reference, strict=True):
             if self.reference is not None:  # A user's reference: the project's relative L2 rule.
-                err = _relative(out, ref)
+                err = relative_error(out, ref)
                 limit = settings.max_relerr
             else:  # Another config: the rounding of the output's dtype.
                 err = difference(out, ref, tensor_of(state["pristine"][name]))
@@ -227,12 +227,6 @@ class KernelJob(Job):
 
     def keep(self, outs: list) -> list:
         return outs  # Already copies.
-
-
-def _relative(out, ref) -> float:
-    from .measure import relative_error
-
-    return relative_error(out, ref)
 
 
 def written_outputs(state: dict) -> list[str]:
@@ -356,8 +350,6 @@ class TunedKernel(TritonAutotuner):
         key = [named[k] for k in self.key if k in named]
         key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
         return tuple(key)
-
-    _key = key_of
 
     def store_key(self, key: tuple, device: str, configs: Sequence[dict]) -> str:
         """The store's key of a winner: kernel source, Triton version, device, key values and the
