@@ -5,10 +5,12 @@ configs run in child processes, one per visible GPU. The parent only sends confi
 results; when a child dies or hangs, the config it was on is recorded as ``crashed``, the child is
 restarted and the batch goes on. Nothing measured before the crash is lost.
 
-Each config is launched once on poisoned outputs and checked against the reference (the framework
-operator for built-in kernels, the user's reference or the first valid config's result otherwise);
-only a correct config is timed: an L2 flush before every launch, CUDA events around it, a fixed
-number of launches, and an early stop once the config is clearly slower than the best so far.
+Each config is launched once and checked against the reference, as its Job decides: a built-in
+kernel's outputs are poisoned first and compared with the framework operator; a user's kernel
+(tuner.KernelJob) runs on a copy of the call's arguments and is compared with the user's reference
+or the list's first config. Only a correct config is timed: an L2 flush before every launch, CUDA
+events around it, a fixed number of launches, and an early stop once the config is clearly slower
+than the best so far.
 """
 
 from __future__ import annotations

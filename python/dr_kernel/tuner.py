@@ -23,6 +23,7 @@ import hashlib
 import inspect
 import json
 import math
+import sys
 import threading
 import time
 import warnings
@@ -474,8 +475,6 @@ class TunedKernel(TritonAutotuner):
         if self.pre_hook or self.post_hook or any(getattr(c, "pre_hook", None) for c in self.listed or ()):
             return False  # Hooks are the caller's functions: they run where the caller runs.
         module = getattr(self.base_fn, "__module__", "__main__")
-        import sys
-
         if module == "__main__" or module not in sys.modules or not getattr(sys.modules[module], "__file__", None):
             warnings.warn(f"{self.__name__} is defined in __main__ or a notebook, which a measuring process cannot "
                           "import: its configs are measured in this process, so a config that crashes the GPU "
@@ -564,8 +563,6 @@ class TunedKernel(TritonAutotuner):
         return job
 
     def _module_name(self) -> str:
-        import sys
-
         module = sys.modules.get(getattr(self.base_fn, "__module__", ""), None)
         for name, value in vars(module).items() if module else ():
             if value is self or value is self.fn:
