@@ -41,6 +41,23 @@ from .kernels.base import COMPILE_OPTIONS, BuiltinKernel, dtype_name, python_fun
 
 
 @dataclass(frozen=True)
+class LaunchSource:
+    """A kernel exactly as one launch would compile it: what Triton's JIT hands its compiler
+    (signature, constexprs and attributes keyed as the JIT keys them, parsed options, target) for
+    one call, captured from the call itself (launch.py). Compiled here, it lands in the very
+    cache entry the launch looks up, whatever wrappers, heuristics or argument kinds stand between
+    the caller and the kernel. `fn` is the @triton.jit function, or its "module:qualname" reference
+    while it travels to a compile worker."""
+
+    fn: Any
+    signature: dict
+    constexprs: dict
+    attrs: dict
+    options: dict
+    target: Any
+
+
+@dataclass(frozen=True)
 class DeviceLimits:
     """What one GPU model allows a kernel, for the checks and the occupancy computed here.
 
@@ -375,7 +392,8 @@ class _CacheWatch:
 
 
 def compile_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[str, Any],
-                   attrs: Mapping | None, options: Mapping[str, Any], device: DeviceLimits = H200):
+                   attrs: Mapping | None, options: Mapping[str, Any], device: DeviceLimits = H200,
+                   target: Any = None):
     """Compiles a @triton.jit function for `device` and returns (CompiledKernel, cache_hit).
 
     Triton prints the whole PTX to stdout when ptxas fails; that print is swallowed here because
@@ -391,20 +409,21 @@ def compile_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[st
     knobs.compilation.listener = watch
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            compiled = triton.compile(source, target=device.target(), options=dict(options))
+            compiled = triton.compile(source, target=target or device.target(), options=dict(options))
     finally:
         knobs.compilation.listener = previous
     return compiled, watch.cache_hit
 
 
-def analyse(kernel: BuiltinKernel | tuple, shape: Mapping[str, Any] | None = None, dtype: Any = "fp16",
+def analyse(kernel: BuiltinKernel | LaunchSource | tuple, shape: Mapping[str, Any] | None = None, dtype: Any = "fp16",
             config: Mapping[str, Any] | None = None, device: DeviceLimits = H200) -> StaticReport:
     """Compiles one configuration for `device` without a GPU and returns what it asks of the device.
 
     `kernel` is a BuiltinKernel (then `shape`, `dtype` and `config` describe the problem and the
     configuration) or a tuple (fn, signature, constexprs) or (fn, signature, constexprs, attrs)
     for any @triton.jit function (then the kernel parameters in `config` are added to the
-    constexprs, and its num_warps/num_stages are the compile options). A configuration that does
+    constexprs, and its num_warps/num_stages are the compile options), or a LaunchSource (compiled
+    as it stands: `config` only labels the report). A configuration that does
     not compile, or that compiles but cannot launch, gives valid=False with the reason; compile
     problems never raise. Malformed requests (unknown config keys, wrong shape keys, an unknown
     dtype) raise ValueError naming the input, because they are mistakes rather than findings.
@@ -417,6 +436,9 @@ def analyse(kernel: BuiltinKernel | tuple, shape: Mapping[str, Any] | None = Non
         dtype = dtype_name(dtype)
         fn = kernel.fn
         signature, constexprs, attrs = kernel.compile_source(shape, dtype, config)
+    elif isinstance(kernel, LaunchSource):
+        name = python_function(kernel.fn).__name__
+        fn, signature, constexprs, attrs = kernel.fn, kernel.signature, kernel.constexprs, kernel.attrs
     elif isinstance(kernel, tuple) and len(kernel) in (3, 4):
         fn, signature, constexprs = kernel[:3]
         attrs = kernel[3] if len(kernel) == 4 else {}
@@ -431,12 +453,15 @@ def analyse(kernel: BuiltinKernel | tuple, shape: Mapping[str, Any] | None = Non
         raise TypeError(f"kernel {kernel!r} is neither a BuiltinKernel nor a tuple "
                         "(fn, signature, constexprs); pass one of those.")
     options = {k: config[k] for k in COMPILE_OPTIONS if k in config}
+    target = device.target()
+    if isinstance(kernel, LaunchSource):
+        options, target = kernel.options, kernel.target
     report = StaticReport(kernel=name, config=config, shape=dict(shape) if shape else None,
                           dtype=dtype if isinstance(dtype, str) else None)
 
     start = time.perf_counter()
     try:
-        compiled, report.cache_hit = compile_kernel(fn, signature, constexprs, attrs, options, device)
+        compiled, report.cache_hit = compile_kernel(fn, signature, constexprs, attrs, options, device, target)
     except Exception as error:  # noqa: BLE001 - every compiler failure is a finding, not a crash.
         report.compile_s = time.perf_counter() - start
         report.reason = f"did not compile: {_error_summary(error)}"

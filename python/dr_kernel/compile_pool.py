@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
+import inspect
 import multiprocessing.connection
 import os
 import pickle
@@ -34,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .analysis import H200, DeviceLimits, StaticReport, analyse
+from .analysis import H200, DeviceLimits, LaunchSource, StaticReport, analyse
 from .kernels import BuiltinKernel, get
 
 
@@ -42,9 +43,10 @@ from .kernels import BuiltinKernel, get
 class CompileRequest:
     """One configuration of one problem to compile: the unit of work of the pool.
 
-    `kernel` is a built-in kernel's name, or a tuple (fn, signature, constexprs) or
-    (fn, signature, constexprs, attrs) for any @triton.jit function; a function travels to the
-    workers as a "module:qualname" reference, so it must be defined at the top level of a module.
+    `kernel` is a built-in kernel's name, a tuple (fn, signature, constexprs) or
+    (fn, signature, constexprs, attrs) for any @triton.jit function, or a LaunchSource (a launch
+    described exactly, see launch.py); a function travels to the workers as a "module:qualname"
+    reference, so it must be defined at the top level of a module.
     """
 
     kernel: Any
@@ -59,7 +61,7 @@ class CompileRequest:
             return self.kernel
         if isinstance(self.kernel, BuiltinKernel):
             return self.kernel.name
-        fn = self.kernel[0]
+        fn = self.kernel.fn if isinstance(self.kernel, LaunchSource) else self.kernel[0]
         if isinstance(fn, str):
             return fn.rsplit(":", 1)[-1]
         return getattr(getattr(fn, "fn", fn), "__name__", "?")
@@ -81,9 +83,16 @@ def resolve_function(reference: str) -> Any:
     any stacking): each wrapper keeps what it wraps in `.fn`, which is followed down to the
     kernel, without this module knowing the wrappers."""
     module, _, qualname = reference.partition(":")
-    target = importlib.import_module(module)
+    target = owner = importlib.import_module(module)
     for part in qualname.split("."):
         target = getattr(target, part)
+    if inspect.isfunction(target):
+        # The name is the plain function (`kernel = triton.jit(_kernel)` binds another name): the
+        # kernel is whichever module attribute wraps exactly this function.
+        for value in vars(owner).values():
+            with contextlib.suppress(TypeError):
+                if jit_function(value).fn is target:
+                    return jit_function(value)
     return jit_function(target)
 
 
@@ -107,6 +116,8 @@ def _portable(request: CompileRequest) -> CompileRequest:
     kernel = request.kernel
     if isinstance(kernel, BuiltinKernel):
         return replace(request, kernel=kernel.name)
+    if isinstance(kernel, LaunchSource) and not isinstance(kernel.fn, str):
+        return replace(request, kernel=replace(kernel, fn=function_reference(kernel.fn)))
     if isinstance(kernel, tuple) and not isinstance(kernel[0], str):
         return replace(request, kernel=(function_reference(kernel[0]), *kernel[1:]))
     return request
@@ -117,6 +128,8 @@ def analyse_request(request: CompileRequest) -> StaticReport:
     kernel = request.kernel
     if isinstance(kernel, str):
         kernel = get(kernel)
+    elif isinstance(kernel, LaunchSource) and isinstance(kernel.fn, str):
+        kernel = replace(kernel, fn=resolve_function(kernel.fn))
     elif isinstance(kernel, tuple) and isinstance(kernel[0], str):
         kernel = (resolve_function(kernel[0]), *kernel[1:])
     return analyse(kernel, request.shape, request.dtype, request.config, request.device)

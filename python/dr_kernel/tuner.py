@@ -19,6 +19,8 @@ holds; and winners persist in the results store.
 from __future__ import annotations
 
 import atexit
+import collections
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -334,6 +336,9 @@ class TunedKernel(TritonAutotuner):
         self._static_key: str | None = None
         self._store = None
         self._static_warned = False
+        # How the static stage described configs to the compiler: captured from Triton's JIT
+        # ("exact": the launch then loads the binary) or by kernels/base.py's rules ("by rule").
+        self.described = collections.Counter()
 
     @property
     def __name__(self) -> str:
@@ -503,6 +508,7 @@ class TunedKernel(TritonAutotuner):
         from .analysis import H200, device_limits
         from .compile_pool import CompileRequest, function_reference, jit_function
         from .kernels.base import Pointer, specialise
+        from .launch import launch_source
         from .session import StaticStage
 
         kwargs = kwargs or {}
@@ -524,10 +530,27 @@ class TunedKernel(TritonAutotuner):
         cuda = tensor is not None and str(tensor.device).startswith("cuda")
         limits = device_limits(tensor.device) if cuda else H200
 
+        hooks = {config_key(config_dict(c)): c.pre_hook for c in self.listed or () if getattr(c, "pre_hook", None)}
+        shared_hook = self._shared_pre_hook()
+
         def describe(config: dict) -> CompileRequest:
-            arguments = self._compile_arguments(nargs, kwargs, config, Pointer)
-            signature, constexprs, attrs = specialise(jit, arguments)
             options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
+            try:  # What the launch itself would compile (launch.py), when Triton's JIT can say.
+                arguments = {**nargs, **{k: v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS}, **config}
+                hook = hooks.get(config_key(config), shared_hook)
+                descriptors = [k for k, v in arguments.items() if not is_tensor(v) and tensor_of(v) is not None]
+                if hook is not None and descriptors:
+                    # The hook sets the block shape of a TMA descriptor, which the launch compiles
+                    # into the kernel: it runs on copies of the descriptors (over the same tensors).
+                    arguments.update({k: dataclasses.replace(arguments[k]) for k in descriptors})
+                    hook(arguments)
+                exact = launch_source(self.fn, arguments)
+            except Exception:  # noqa: BLE001 -- the launch will raise it where it matters; describe by rule.
+                exact = None
+            self.described["exact" if exact is not None else "by rule"] += 1
+            if exact is not None:
+                return CompileRequest(exact, config, None, "", limits)
+            signature, constexprs, attrs = specialise(jit, self._compile_arguments(nargs, kwargs, config, Pointer))
             return CompileRequest((reference, signature, constexprs, attrs), options, None, "", limits)
 
         return StaticStage(shared_compile_pool(self.compile_timeout), describe, own_pool=False)

@@ -1,0 +1,122 @@
+"""Describing a launch to the compiler exactly as Triton's JIT would compile it (launch.py).
+
+These tests compile for the H200 on the CPU: Triton's JIT needs a driver only to name the current
+device, stream and target, which a stand-in provides. A kernel compiled from the captured
+description must be the one the launch then finds in Triton's disk cache (a cache hit), through
+@triton.heuristics, do_not_specialize and dr_kernel.autotune's static stage.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import launch_kernels
+import pytest
+import torch
+from dr_kernel.analysis import LaunchSource, analyse
+
+
+class _StandInDriver:
+    """The three questions Triton's JIT asks of a driver before it compiles."""
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+@pytest.fixture
+def jit_on_cpu(monkeypatch, tmp_path):
+    """A fresh Triton cache, the stand-in driver, and a record of every compile the JIT makes."""
+    from triton import knobs
+    from triton.runtime import driver
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setattr(driver, "_active", _StandInDriver())
+    launch_kernels.scale_shift_jit.device_caches.clear()  # No binary held in memory from another test.
+    compiles = []
+    monkeypatch.setattr(knobs.compilation, "listener", lambda **kw: compiles.append(kw["cache_hit"]))
+    return compiles
+
+
+def _arguments(n=4096, block=256, shift=1):
+    x = torch.randn(n, dtype=torch.float16)
+    return {"x_ptr": x, "y_ptr": torch.empty_like(x), "n": n, "shift": shift, "scale": 2.0, "BLOCK": block,
+            "num_warps": 4}
+
+
+def _launch(arguments):
+    # What the real launch does before it runs: find or compile the binary (warm-up mode stops there).
+    launch_kernels.scale_shift.run(**arguments, grid=None, warmup=True)
+
+
+def test_the_captured_launch_compiles_to_the_binary_the_launch_loads(jit_on_cpu):
+    from dr_kernel.launch import launch_source
+
+    arguments = _arguments()
+    source = launch_source(launch_kernels.scale_shift, arguments)
+    assert isinstance(source, LaunchSource)
+    assert source.constexprs[(6,)] is True  # The heuristic's value, added on the way down.
+    assert source.signature["shift"] == "i32"  # do_not_specialize: 1 stays an integer argument.
+    assert jit_on_cpu == []  # Capturing compiled nothing.
+    report = analyse(source, config={"BLOCK": 256, "num_warps": 4})
+    assert report.valid and report.n_regs > 0 and not report.cache_hit
+    _launch(arguments)
+    assert jit_on_cpu == [True]  # The launch loads what analyse() compiled (its own compile is not listed).
+
+
+def test_a_launch_the_process_already_compiled_needs_no_description(jit_on_cpu):
+    from dr_kernel.launch import launch_source
+
+    arguments = _arguments(n=1000)
+    _launch(arguments)
+    assert launch_source(launch_kernels.scale_shift, arguments) is None
+    assert launch_source(launch_kernels.scale_shift, _arguments(n=1000, block=128)) is not None
+
+
+def test_other_threads_compile_as_usual_while_a_launch_is_captured(jit_on_cpu, monkeypatch):
+    from dr_kernel import launch
+
+    seen = []
+    original = launch_kernels.scale_shift.run
+
+    def run_with_a_neighbour(*args, **kwargs):
+        # While this thread's compile is intercepted, another thread launches another config.
+        neighbour = threading.Thread(target=lambda: seen.append(original(**_arguments(block=512), grid=None,
+                                                                         warmup=True)))
+        neighbour.start()
+        neighbour.join()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(launch_kernels.scale_shift, "run", run_with_a_neighbour)
+    assert launch.launch_source(launch_kernels.scale_shift, _arguments()) is not None
+    # The neighbour's kernel was compiled (the JIT returns it), not captured.
+    assert len(seen) == 1 and seen[0] is not None and jit_on_cpu == [False]
+
+
+def test_the_autotune_static_stage_compiles_what_each_config_launches(jit_on_cpu, tmp_path):
+    import dr_kernel
+    import triton
+
+    configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (128, 256) for w in (2, 4)]
+    tuned = dr_kernel.autotune(configs=configs, key=["n"], db=str(tmp_path / "results.db"))(
+        launch_kernels.scale_shift)
+    arguments = _arguments(n=3000)
+    nargs = {k: v for k, v in arguments.items() if k not in ("BLOCK", "num_warps")}
+    stage = tuned._static_stage(nargs, {})
+    try:
+        wanted = [{"BLOCK": 128, "num_warps": 2}, {"BLOCK": 256, "num_warps": 4}]
+        reports = stage.reports_for(wanted)
+    finally:
+        stage.close()
+    assert all(r.valid for r in reports), [r.reason for r in reports]
+    assert tuned.described == {"exact": 2}
+    for config in wanted:
+        _launch({**nargs, **config})
+    assert jit_on_cpu[-2:] == [True, True]
