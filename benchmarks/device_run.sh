@@ -3,7 +3,8 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, sweeps-a, sweeps-b
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, library, sweeps-a, sweeps-b
+#   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=python
@@ -41,6 +42,13 @@ for step in "$@"; do
       timeout 330 python3 benchmarks/gpu_bench.py --out "$work/bench" --cache /tmp/dr_kernel_caches --strategy ppo --deadline 300 \
         > "$work/bench.log" 2>&1
       echo "bench: rc $? after $(elapsed) s"; tail -25 "$work/bench.log" ;;
+    library)  # Needs .whl (the libraries' wheels, docs/gpu-notes.md) carried; LIB_* set the runs.
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl > "$work/pip.log" 2>&1 || { echo "wheels failed"; tail -5 "$work/pip.log"; }
+      PYTHONPATH=python:/tmp/site timeout "${LIB_TIMEOUT:-480}" python3 benchmarks/library_bench.py \
+        --out "$work/library" --modes "${LIB_MODES:-stock,dr}" ${LIB_OPS:+--ops "$LIB_OPS"} \
+        --deadline "${LIB_DEADLINE:-420}" ${LIB_PROFILE:+--profile} > "$work/library.log" 2>&1
+      echo "library: rc $? after $(elapsed) s"; tail -25 "$work/library.log" ;;
     sweeps-a)
       sweep softmax_8192x1024_fp16 softmax rows=8192,cols=1024 fp16 60
       sweep softmax_2048x16384_fp16 softmax rows=2048,cols=16384 fp16 60

@@ -6,16 +6,20 @@ dr_kernel's drop-in (install(), no edit of the library), on the GPU.
 Each (op, mode) runs in a fresh process with a fresh Triton cache and a fresh results store, so
 every first call compiles and tunes from nothing. An op is one forward and one backward at an LLM
 shape (bf16, 8192 tokens). Per run: the first call's wall time (inputs ready, synchronised), then
-the steady-state step (median of 30 timed steps after 5 warm-ups, CUDA events), how many of the
-library's autotuned kernels dr_kernel took over and how many it handed back. Results: one JSON
+the steady-state step (median of 50 timed steps after 10 warm-ups, CUDA events) and its GPU time
+(the summed durations of its kernels, profiler, median of 20 steps), how many of the library's
+autotuned kernels dr_kernel took over and how many it handed back. Results: one JSON
 line per run in DIR/library_bench.jsonl, a table at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -121,12 +125,34 @@ def tuned_kernels() -> dict:
             entry = {"winners": {str(k): str(v) for k, v in obj.cache.items()}}
             if hasattr(obj, "evaluations"):
                 entry.update(evaluations=obj.evaluations, tuning_s=round(obj.tuning_s, 3),
-                             statuses=obj.last_session.statuses() if obj.last_session else None)
+                             statuses=obj.last_session.statuses() if obj.last_session else None,
+                             described=dict(obj.described), notes=obj.notes[:3])
             out[obj.base_fn.__name__] = entry
     return out
 
 
-def child(op: str, mode: str) -> dict:
+def gpu_time_ms(step, steps: int = 20) -> float:
+    """The GPU time of one step: the summed durations of the kernels it runs (CUDA activity of the
+    profiler), median over `steps` steps. Unlike the step's wall time it does not move with the
+    CPU's launch overhead, which differs between processes by more than the configs do."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    per_step = []
+    try:
+        for _ in range(steps):
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                step()
+                torch.cuda.synchronize()
+            per_step.append(sum(e.device_time_total for e in prof.events() if e.device_type != DeviceType.CPU) / 1e3)
+    except Exception as error:  # noqa: BLE001 -- the wall-time figures stand without it.
+        print(f"gpu_time_ms: {type(error).__name__}: {error}", file=sys.stderr)
+        return float("nan")
+    return statistics.median(per_step)
+
+
+def child(op: str, mode: str, profile: bool = False) -> dict:
     import torch
     from triton import knobs
 
@@ -142,14 +168,19 @@ def child(op: str, mode: str) -> dict:
         dr_kernel.install(widen=mode == "widen")
     step = make_op(op)
     torch.cuda.synchronize()
+    profiler = cProfile.Profile() if profile else None
     start = time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
     step()
     torch.cuda.synchronize()
     first = time.perf_counter() - start
-    for _ in range(5):
+    if profiler is not None:
+        profiler.disable()
+    for _ in range(10):
         step()
     times = []
-    for _ in range(30):
+    for _ in range(50):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         step()
@@ -157,7 +188,12 @@ def child(op: str, mode: str) -> dict:
         b.synchronize()
         times.append(a.elapsed_time(b))
     result = {"op": op, "mode": mode, "first_s": first, "step_ms": statistics.median(times),
+              "step_ms_p20_p80": statistics.quantiles(times, n=5)[::3], "gpu_ms": gpu_time_ms(step),
               "compiles_in_process": compiles, "kernels": tuned_kernels()}
+    if profiler is not None:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+        result["profile"] = text.getvalue()[-12000:]
     if mode != "stock":
         import dr_kernel
 
@@ -174,10 +210,11 @@ def main() -> int:
     p.add_argument("--modes", default="stock,dr,widen")
     p.add_argument("--timeout", type=float, default=240)
     p.add_argument("--deadline", type=float, default=1e9, help="seconds after which no new run starts")
+    p.add_argument("--profile", action="store_true", help="profile each first call (cProfile, in the rows)")
     p.add_argument("--child", nargs=2, metavar=("OP", "MODE"))
     args = p.parse_args()
     if args.child:
-        print("RESULT " + json.dumps(child(*args.child)))
+        print("RESULT " + json.dumps(child(*args.child, profile=args.profile)))
         return 0
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "library_bench.jsonl")
@@ -193,7 +230,8 @@ def main() -> int:
                 env.pop("DR_KERNEL_AUTOTUNE", None)
                 t0 = time.time()
                 try:
-                    out = subprocess.run([sys.executable, __file__, "--out", args.out, "--child", op, mode],
+                    command = [sys.executable, __file__, "--out", args.out, "--child", op, mode]
+                    out = subprocess.run(command + (["--profile"] if args.profile and mode != "stock" else []),
                                          capture_output=True, text=True, env=env, timeout=args.timeout)
                     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
                     lines = out.stderr.splitlines()
@@ -206,10 +244,12 @@ def main() -> int:
             rows.append(row)
             with open(path, "a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(json.dumps({k: v for k, v in row.items() if k != "kept"})[:400], flush=True)
-    print(f"{'op':20} {'mode':6} {'first s':>8} {'step ms':>8} {'taken':>5} {'kept':>4}")
+            print(json.dumps({k: v for k, v in row.items() if k not in ("kept", "profile", "kernels")})[:400],
+                  flush=True)
+    print(f"{'op':20} {'mode':6} {'first s':>8} {'step ms':>8} {'gpu ms':>8} {'taken':>5} {'kept':>4}")
     for r in rows:
         print(f"{r['op']:20} {r['mode']:6} {r.get('first_s', float('nan')):8.2f} {r.get('step_ms', float('nan')):8.3f} "
+              f"{r.get('gpu_ms', float('nan')):8.3f} "
               f"{r.get('taken_over', ''):>5} {len(r.get('kept', [])) if 'kept' in r else '':>4} "
               f"{'ERR ' + r['error'][-120:] if 'error' in r else ''}")
     return 0

@@ -43,8 +43,10 @@ class Autotuner(TunedKernel):
             except Exception as error:  # noqa: BLE001 -- the library's own autotune decides instead.
                 import traceback
 
-                frame = traceback.extract_tb(error.__traceback__)[-1]
-                self._hand_back(f"{type(error).__name__}: {error} (at {frame.filename}:{frame.lineno})")
+                # The innermost frames say where dr_kernel failed; the warning keeps the last one.
+                frames = traceback.extract_tb(error.__traceback__)[-6:]
+                where = " < ".join(f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(frames))
+                self._hand_back(f"{type(error).__name__}: {error} (at {where})")
         try:
             return self._stock.run(*args, **kwargs)
         finally:
