@@ -13,6 +13,9 @@ kernels that write only part of an output (blocks of a triangle, whose diagonal 
 with larger tiles) are compared fairly, and garbage in a ``torch.empty`` output never counts. The
 difference must stay within the rounding of the output's dtype: configs sum in different orders.
 
+On the GPU, copies and comparisons run dr_kernel's own kernels (device_ops.py), not PyTorch's
+operators, which a library may have replaced with its own (FlagGems does, for ~400 of them).
+
 Exceptions are classified as ``triton.autotune`` does: the compiler's errors and resource limits
 mean "this config fails"; anything else is a launch error, which is the kernel's or the caller's.
 """
@@ -64,7 +67,12 @@ def scratch_copies(arguments: Mapping[str, Any]) -> dict[str, Any]:
         storage = tensor.untyped_storage()
         key = (str(tensor.device), storage.data_ptr())
         if key not in storages:
-            storages[key] = storage.clone()
+            if _on_gpu(tensor):
+                clone = torch.empty(storage.nbytes(), dtype=torch.uint8, device=tensor.device)
+                _ops().copy_bytes(clone, _bytes(tensor))
+                storages[key] = clone.untyped_storage()
+            else:
+                storages[key] = storage.clone()
         view = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
         return view.set_(storages[key], tensor.storage_offset(), tensor.size(), tensor.stride())
 
@@ -84,8 +92,44 @@ def restore(scratch: Mapping[str, Any], pristine: Mapping[str, Any], names: Iter
     """Copies the pristine values back into the scratch tensors (all, or those in `names`)."""
     for name in scratch if names is None else names:
         tensor = tensor_of(scratch[name])
-        if tensor is not None:
+        if tensor is None:
+            continue
+        if _on_gpu(tensor):
+            _ops().copy_bytes(_bytes(tensor), _bytes(tensor_of(pristine[name])))
+        else:
             _bytes(tensor).copy_(_bytes(tensor_of(pristine[name])))
+
+
+def snapshot(tensor):
+    """A copy of `tensor`'s values (what a launch left in an output), made without PyTorch's
+    operators on the GPU."""
+    if not (_on_gpu(tensor) and _ops().supported(tensor)):
+        return tensor.clone()
+    import torch
+
+    copy = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+    _ops().copy_bytes(_elements(copy), _elements(tensor))
+    return copy
+
+
+def _on_gpu(tensor) -> bool:
+    return tensor.device.type == "cuda"
+
+
+def _ops():
+    # Imported on first use: it imports Triton, which checking CPU tensors does not need.
+    from . import device_ops
+
+    return device_ops
+
+
+def _elements(tensor):
+    # The bytes of a contiguous tensor's own elements, as one uint8 tensor.
+    import torch
+
+    size = tensor.element_size()
+    return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(
+        tensor.untyped_storage(), tensor.storage_offset() * size, (tensor.numel() * size,), (1,))
 
 
 def _bytes(tensor):
@@ -113,7 +157,13 @@ def changed(after, before):
 def written(scratch: Mapping[str, Any], pristine: Mapping[str, Any]) -> list[str]:
     """Names of the tensor (or descriptor) arguments a launch changed."""
     return [n for n, v in scratch.items()
-            if tensor_of(v) is not None and bool(changed(tensor_of(v), tensor_of(pristine[n])).any())]
+            if tensor_of(v) is not None and _any_changed(tensor_of(v), tensor_of(pristine[n]))]
+
+
+def _any_changed(after, before) -> bool:
+    if _on_gpu(after) and _ops().supported(after) and _ops().supported(before):
+        return _ops().any_changed(after, before)
+    return bool(changed(after, before).any())
 
 
 def difference(out, ref, pristine) -> float:
@@ -124,6 +174,9 @@ def difference(out, ref, pristine) -> float:
     on NaN or infinity, or for integers that differ at all."""
     import torch
 
+    if _on_gpu(ref) and all(_ops().supported(t) for t in (out, ref, pristine)) \
+            and out.dtype == ref.dtype == pristine.dtype and out.shape == ref.shape == pristine.shape:
+        return _ops().relative_difference(out, ref, pristine)
     defined = changed(ref, pristine)
     if not bool(defined.any()):
         return 0.0

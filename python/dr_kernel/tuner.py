@@ -35,7 +35,7 @@ from typing import Any
 
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-from .checking import difference, is_tensor, restore, scratch_copies, tensor_of, tolerance, written
+from .checking import difference, is_tensor, restore, scratch_copies, snapshot, tensor_of, tolerance, written
 from .measure import Job, MeasurePool, MeasureSettings, relative_error, visible_devices
 from .space import LAUNCH_OPTIONS, config_dict, make_space
 
@@ -176,7 +176,7 @@ class KernelJob(Job):
         if state["outputs"] is None:
             state["outputs"] = written_outputs(state)
         state["last_config"] = config
-        return [tensor_of(state["scratch"][n]).clone() for n in state["outputs"] or ()]
+        return [snapshot(tensor_of(state["scratch"][n])) for n in state["outputs"] or ()]
 
     def _writes_everything(self, state: dict) -> bool:
         """Whether the last config launched writes every element of its outputs: launched again
@@ -555,6 +555,21 @@ class TunedKernel(TritonAutotuner):
 
         return StaticStage(shared_compile_pool(self.compile_timeout), describe, own_pool=False)
 
+    def _compile_checks_ahead(self, stage, nargs: dict) -> None:
+        """Queues the kernels that check this call's configs (device_ops.py) in the compile pool
+        ahead of the configs, so that the first check does not compile them in this process."""
+        from .compile_pool import CompileRequest
+
+        tensors = [tensor_of(v) for v in nargs.values() if tensor_of(v) is not None]
+        if not tensors or tensors[0].device.type != "cuda":
+            return
+        from .analysis import device_limits
+        from .device_ops import warm_up_sources
+
+        limits = device_limits(tensors[0].device)
+        for source in warm_up_sources(tensors[0].device, {t.dtype for t in tensors}):
+            stage.pool.submit(CompileRequest(source, {}, None, "", limits))  # Nobody waits for the answer.
+
     def _first_config(self) -> dict:
         return config_dict(self.listed[0]) if self.listed else dict(self.space.configs(1)[0])
 
@@ -622,6 +637,7 @@ class TunedKernel(TritonAutotuner):
 
         stage = self._static_stage(nargs, kwargs)
         if stage is not None:
+            self._compile_checks_ahead(stage, nargs)
             stage.guess(candidates)  # Every listed config compiles in parallel from now on.
             if reference_configs:
                 stage.reports_for(reference_configs[:1])  # The reference launch then loads it from the cache.
