@@ -79,6 +79,19 @@ def test_a_stuck_task_times_out_alone_and_its_worker_and_child_are_killed(tmp_pa
         assert worker_pid not in {r.n_regs for r in again}
 
 
+def test_a_request_may_have_a_shorter_deadline_than_the_pool():
+    # Configs beyond a library's list get a few times the listed ones' compile time, not the pool's.
+    with CompilePool(workers=2, timeout_s=30, task=pretend_compile, fork=True) as pool:
+        short = pool.submit(request(sleep=5, hash="long"), timeout_s=0.5)
+        usual = pool.submit(request(sleep=0.7, hash="usual"))
+        start, done = time.monotonic(), {}
+        while len(done) < 2:
+            done.update(pool.poll(None))
+        assert time.monotonic() - start < 4
+    assert done[short].reason == "compile timed out after 0.5 s" and not done[short].valid
+    assert done[usual].valid  # Took longer than the short deadline, within the pool's.
+
+
 @pytest.mark.parametrize("fork", [False, True], ids=["fresh", "forked"])
 def test_a_crashing_or_raising_task_costs_only_its_own_request(fork):
     requests = [request(hash="a"), request(exit=3), request(hash="b"), request(**{"raise": "bad tile"}),

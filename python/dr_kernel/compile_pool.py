@@ -268,14 +268,14 @@ class _Worker:
         self.ready = False
         self.index: int | None = None  # The ticket of the request it is compiling, if any.
         self.speculative = False
-        self.deadline = float("inf")
+        self.deadline = self.limit_s = float("inf")
         self.assigned_at = 0.0
         self.done = 0
 
     def assign(self, index: int, request: Any, timeout_s: float, speculative: bool = False) -> None:
         self.connection.send((index, request))
         self.index, self.assigned_at, self.speculative = index, time.monotonic(), speculative
-        self.deadline = self.assigned_at + timeout_s
+        self.limit_s, self.deadline = timeout_s, self.assigned_at + timeout_s
 
     def exitcode(self, wait_s: float) -> int | None:
         try:
@@ -336,6 +336,7 @@ class CompilePool:
         self._urgent: collections.deque[int] = collections.deque()
         self._speculative: collections.deque[int] = collections.deque()
         self._unclaimed: list[tuple[int, Any]] = []  # Answers run() received for others' tickets.
+        self._limits: dict[int, float] = {}  # Deadlines of requests that have their own, until they start.
         self._next_ticket = 0
 
     # The pool's workers outlive one map() call, so that later batches skip their start-up.
@@ -357,6 +358,7 @@ class CompilePool:
         self._urgent.clear()
         self._speculative.clear()
         self._unclaimed.clear()
+        self._limits.clear()
 
     def map(self, requests: Iterable[Any]) -> list[Any]:
         """Returns the results of all requests, in the order of the requests."""
@@ -380,10 +382,13 @@ class CompilePool:
 
     # ----- one request at a time -------------------------------------------------------------
 
-    def submit(self, request: Any, speculative: bool = False) -> int:
-        """Queues one request and returns its ticket; poll() later returns (ticket, result)."""
+    def submit(self, request: Any, speculative: bool = False, timeout_s: float | None = None) -> int:
+        """Queues one request and returns its ticket; poll() later returns (ticket, result).
+        `timeout_s` overrides the pool's deadline for this request."""
         ticket = self._next_ticket
         self._next_ticket += 1
+        if timeout_s is not None:
+            self._limits[ticket] = timeout_s
         self._requests[ticket] = _portable(request) if isinstance(request, CompileRequest) else request
         (self._speculative if speculative else self._urgent).append(ticket)
         return ticket
@@ -400,6 +405,7 @@ class CompilePool:
             if ticket in queue:
                 queue.remove(ticket)
                 del self._requests[ticket]
+                self._limits.pop(ticket, None)
                 return True
         return False
 
@@ -442,7 +448,7 @@ class CompilePool:
                 guessing += 1
             else:
                 return
-            worker.assign(ticket, self._requests[ticket], self.timeout_s, speculative)
+            worker.assign(ticket, self._requests[ticket], self._limits.pop(ticket, self.timeout_s), speculative)
 
     def _top_up(self, wanted: int) -> None:
         # Replaces dead workers and starts new ones while fewer than `wanted` are alive.
@@ -483,8 +489,8 @@ class CompilePool:
                 yield from self._bury(worker, requests)
             elif worker.index is not None and time.monotonic() >= worker.deadline:
                 self._retire(worker, kill=True)
-                reason = f"compile timed out after {self.timeout_s:g} s"
-                yield worker.index, self._failure(requests[worker.index], reason, self.timeout_s)
+                reason = f"compile timed out after {worker.limit_s:g} s"
+                yield worker.index, self._failure(requests[worker.index], reason, worker.limit_s)
             elif not worker.ready and time.monotonic() >= worker.started + self.startup_timeout_s:
                 self._retire(worker, kill=True)
                 self._note_failed_start(f"did not start within {self.startup_timeout_s:g} s")

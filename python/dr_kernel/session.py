@@ -91,6 +91,7 @@ class StaticStage:
     def __init__(self, pool: CompilePool, describe: Callable[[dict], CompileRequest],
                  max_guesses: int | None = None, own_pool: bool = True) -> None:
         self.pool = pool
+        self.timeout_s: float | None = None  # Each compile's deadline from now on (None: the pool's).
         self.own_pool = own_pool  # False: the pool serves others too; close() only drops this stage's work.
         self.describe = describe
         self.max_guesses = max_guesses if max_guesses is not None else 4 * pool.workers
@@ -98,6 +99,7 @@ class StaticStage:
         self._tickets: dict[tuple, int] = {}  # Submitted and not yet answered.
         self._keys: dict[int, tuple] = {}
         self._guesses: collections.deque[int] = collections.deque()  # Queued guesses, oldest first.
+        self._also: set[tuple] = set()  # Keys of compile_also() requests not yet answered.
         self.guessed = 0  # Guesses that finished compiling.
 
     def close(self) -> None:
@@ -119,7 +121,7 @@ class StaticStage:
             if not speculative:
                 self.pool.prioritise(ticket)
             return
-        ticket = self.pool.submit(self.describe(config), speculative=speculative)
+        ticket = self.pool.submit(self.describe(config), speculative=speculative, timeout_s=self.timeout_s)
         self._tickets[key], self._keys[ticket] = ticket, key
         if speculative:
             self._guesses.append(ticket)
@@ -133,18 +135,33 @@ class StaticStage:
             self.reports[key] = report
 
     def reports_for(self, configs: Sequence[dict]) -> list[StaticReport]:
-        """Returns the static report of every config, compiling those not compiled yet."""
+        """Returns the static report of every config, compiling those not compiled yet (and
+        waiting for what compile_also() queued)."""
         for config in configs:
             self._submit(config, speculative=False)
-        wanted = {_key(c) for c in configs}
+        wanted = {_key(c) for c in configs} | self._also
         while not wanted <= self.reports.keys():
             self._take(self.pool.poll(None))
+        self._also.clear()
         return [self.reports[_key(c)] for c in configs]
 
+    def compile_also(self, requests: Sequence[CompileRequest]) -> None:
+        """Queues requests that are not configs (kernels the checks launch) ahead of every config;
+        the next reports_for() waits for them too, so that no launch here compiles them itself."""
+        for request in requests:
+            ticket = self.pool.submit(request)
+            key = ("compile_also", ticket)
+            self._tickets[key], self._keys[ticket] = ticket, key
+            self._also.add(key)
+
     def guess(self, configs: Sequence[dict]) -> None:
-        """Queues configs that may be asked for soon; returns at once."""
+        """Queues configs that may be asked for soon; returns at once. A config that cannot be
+        described to the compiler is left out (reports_for() says why, if it is asked for)."""
         for config in configs:
-            self._submit(config, speculative=True)
+            try:
+                self._submit(config, speculative=True)
+            except RuntimeError:
+                continue
         while len(self._guesses) > self.max_guesses:
             ticket = self._guesses.popleft()
             if self.pool.cancel(ticket):
