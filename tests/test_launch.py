@@ -39,10 +39,15 @@ def jit_on_cpu(monkeypatch, tmp_path):
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     monkeypatch.setattr(driver, "_active", _StandInDriver())
-    launch_kernels.scale_shift_jit.device_caches.clear()  # No binary held in memory from another test.
+    from dr_kernel import tuner
+
+    for kernel in (launch_kernels.scale_shift_jit, launch_kernels.copy_rows):
+        kernel.device_caches.clear()  # No binary held in memory from another test.
+    tuner._close_shared_pool()  # Its workers were forked with another test's cache directory.
     compiles = []
     monkeypatch.setattr(knobs.compilation, "listener", lambda **kw: compiles.append(kw["cache_hit"]))
-    return compiles
+    yield compiles
+    tuner._close_shared_pool()
 
 
 def _arguments(n=4096, block=256, shift=1):
@@ -120,3 +125,30 @@ def test_the_autotune_static_stage_compiles_what_each_config_launches(jit_on_cpu
     for config in wanted:
         _launch({**nargs, **config})
     assert jit_on_cpu[-2:] == [True, True]
+
+
+def test_descriptor_kernels_are_described_with_the_block_shape_their_pre_hook_sets(jit_on_cpu, tmp_path):
+    import dr_kernel
+    import triton
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 64}, num_warps=4, pre_hook=launch_kernels.set_block_shape)
+               for m in (32, 64)]
+    tuned = dr_kernel.autotune(configs=configs, key=[], db=str(tmp_path / "results.db"))(launch_kernels.copy_rows)
+    x = torch.randn(256, 64, dtype=torch.float16)
+    nargs = {"in_desc": TensorDescriptor.from_tensor(x, [1, 1]),
+             "out_desc": TensorDescriptor.from_tensor(torch.empty_like(x), [1, 1])}
+    stage = tuned._static_stage(nargs, {})
+    assert stage is not None  # The rules alone refused these arguments, and every config went unvetted.
+    try:
+        request = stage.describe({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4})
+        assert request.kernel.signature["in_desc"] == "tensordesc<fp16[64, 64]>"
+        assert nargs["in_desc"].block_shape == [1, 1]  # The hook ran on a copy of the caller's descriptor.
+        report, = stage.reports_for([{"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4}])
+    finally:
+        stage.close()
+    assert report.valid, report.reason
+    launch_args = {**nargs, "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4}
+    launch_kernels.set_block_shape(launch_args)
+    launch_kernels.copy_rows.run(**launch_args, grid=None, warmup=True)
+    assert jit_on_cpu[-1] is True  # The launch loaded what the pool compiled.

@@ -514,61 +514,75 @@ class TunedKernel(TritonAutotuner):
         kwargs = kwargs or {}
         if not self.static_checks:
             return None
+        tensor = next((v for v in {**nargs, **kwargs}.values() if is_tensor(v)), None)
+        cuda = tensor is not None and str(tensor.device).startswith("cuda")
+        limits = device_limits(tensor.device) if cuda else H200
+        hooks = {config_key(config_dict(c)): c.pre_hook for c in self.listed or () if getattr(c, "pre_hook", None)}
+        shared_hook = self._shared_pre_hook()
+
+        def exact(config: dict):
+            # What the launch itself would compile (launch.py), when Triton's JIT can say.
+            arguments = {**nargs, **{k: v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS}, **config}
+            hook = hooks.get(config_key(config), shared_hook)
+            descriptors = [k for k, v in arguments.items() if not is_tensor(v) and tensor_of(v) is not None]
+            if hook is not None and descriptors:
+                # The hook sets the block shape of a TMA descriptor, which the launch compiles
+                # into the kernel: it runs on copies of the descriptors (over the same tensors).
+                arguments.update({k: dataclasses.replace(arguments[k]) for k in descriptors})
+                hook(arguments)
+            return launch_source(self.fn, arguments)
+
+        def by_rule(config: dict) -> CompileRequest:
+            signature, constexprs, attrs = specialise(jit, self._compile_arguments(nargs, kwargs, config, Pointer))
+            options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
+            return CompileRequest((reference, signature, constexprs, attrs), options, None, "", limits)
+
         try:
             jit = jit_function(self.fn)
             reference = function_reference(jit)
             if reference.startswith("__main__:"):
                 raise ValueError("it is defined in __main__, which a compile worker cannot import")
-            specialise(jit, self._compile_arguments(nargs, kwargs, self._first_config(), Pointer))
+            try:
+                exact(self._first_config())
+            except Exception:  # noqa: BLE001 -- then the rules must describe it.
+                by_rule(self._first_config())
         except Exception as error:  # noqa: BLE001 -- any failure to describe only turns the checks off.
             if not self._static_warned:
                 self._static_warned = True
                 warnings.warn(f"{self.__name__}: configs are not checked against the device's limits before "
                               f"measuring ({error}); every config is measured.", stacklevel=6)
             return None
-        tensor = next((v for v in {**nargs, **kwargs}.values() if is_tensor(v)), None)
-        cuda = tensor is not None and str(tensor.device).startswith("cuda")
-        limits = device_limits(tensor.device) if cuda else H200
-
-        hooks = {config_key(config_dict(c)): c.pre_hook for c in self.listed or () if getattr(c, "pre_hook", None)}
-        shared_hook = self._shared_pre_hook()
 
         def describe(config: dict) -> CompileRequest:
-            options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
-            try:  # What the launch itself would compile (launch.py), when Triton's JIT can say.
-                arguments = {**nargs, **{k: v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS}, **config}
-                hook = hooks.get(config_key(config), shared_hook)
-                descriptors = [k for k, v in arguments.items() if not is_tensor(v) and tensor_of(v) is not None]
-                if hook is not None and descriptors:
-                    # The hook sets the block shape of a TMA descriptor, which the launch compiles
-                    # into the kernel: it runs on copies of the descriptors (over the same tensors).
-                    arguments.update({k: dataclasses.replace(arguments[k]) for k in descriptors})
-                    hook(arguments)
-                exact = launch_source(self.fn, arguments)
+            try:
+                source = exact(config)
             except Exception:  # noqa: BLE001 -- the launch will raise it where it matters; describe by rule.
-                exact = None
-            self.described["exact" if exact is not None else "by rule"] += 1
-            if exact is not None:
-                return CompileRequest(exact, config, None, "", limits)
-            signature, constexprs, attrs = specialise(jit, self._compile_arguments(nargs, kwargs, config, Pointer))
-            return CompileRequest((reference, signature, constexprs, attrs), options, None, "", limits)
+                source = None
+            self.described["exact" if source is not None else "by rule"] += 1
+            if source is not None:
+                return CompileRequest(source, config, None, "", limits)
+            try:
+                return by_rule(config)
+            except Exception as error:  # noqa: BLE001 -- the session turns the static checks off, and measures.
+                raise RuntimeError(f"config {config} cannot be described to the compiler ({error})") from error
 
         return StaticStage(shared_compile_pool(self.compile_timeout), describe, own_pool=False)
 
     def _compile_checks_ahead(self, stage, nargs: dict) -> None:
         """Queues the kernels that check this call's configs (device_ops.py) in the compile pool
         ahead of the configs, so that the first check does not compile them in this process."""
+        from .checking import uses_own_ops
         from .compile_pool import CompileRequest
 
         tensors = [tensor_of(v) for v in nargs.values() if tensor_of(v) is not None]
-        if not tensors or tensors[0].device.type != "cuda":
+        if not tensors or not uses_own_ops(tensors[0]):
             return
         from .analysis import device_limits
         from .device_ops import warm_up_sources
 
         limits = device_limits(tensors[0].device)
-        for source in warm_up_sources(tensors[0].device, {t.dtype for t in tensors}):
-            stage.pool.submit(CompileRequest(source, {}, None, "", limits))  # Nobody waits for the answer.
+        sources = warm_up_sources(tensors[0].device, {t.dtype for t in tensors})
+        stage.compile_also([CompileRequest(source, {}, None, "", limits) for source in sources])
 
     def _first_config(self) -> dict:
         return config_dict(self.listed[0]) if self.listed else dict(self.space.configs(1)[0])
@@ -640,7 +654,10 @@ class TunedKernel(TritonAutotuner):
             self._compile_checks_ahead(stage, nargs)
             stage.guess(candidates)  # Every listed config compiles in parallel from now on.
             if reference_configs:
-                stage.reports_for(reference_configs[:1])  # The reference launch then loads it from the cache.
+                try:
+                    stage.reports_for(reference_configs[:1])  # The reference launch then loads it from the cache.
+                except RuntimeError:
+                    pass  # It cannot be described: the launch compiles it, and the session measures unvetted.
         strategy, budget = self._budget(candidates)
         sessions = []
         try:
@@ -694,6 +711,12 @@ class TunedKernel(TritonAutotuner):
                         # Beyond the list: only where every config is checked against the list's first.
                         known = {config_key(c): m for c, m, _ in session.history}
                         extra = self.max_evals if self.max_evals is not None else max(8, len(candidates) // 2)
+                        if stage is not None:
+                            # A config beyond the list may keep ptxas busy for minutes (a tile too
+                            # large), which triton.autotune never meets: each may take a few times
+                            # the slowest listed config's compile, then counts as failed.
+                            listed_s = [r.compile_s for r in stage.reports.values() if r.compile_s]
+                            stage.timeout_s = max(10.0, 3.0 * max(listed_s, default=10.0))
                         sessions.append(tune(widened_space(candidates), self.strategy, len(known) + extra, known))
                 finally:
                     if close is not None:
