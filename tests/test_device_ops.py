@@ -113,3 +113,20 @@ def test_every_kernel_compiles_for_the_h200(monkeypatch, tmp_path):
 
 if __name__ == "__main__":
     print(json.dumps(_verdicts(), default=float))
+
+
+def test_own_kernels_serve_only_while_a_library_replaces_torch_operators():
+    from types import SimpleNamespace
+
+    from dr_kernel.checking import uses_own_ops
+
+    on_gpu = SimpleNamespace(device=torch.device("cuda", 0))
+    assert not uses_own_ops(on_gpu)  # PyTorch's own CUDA operators: nothing to compile.
+    assert not uses_own_ops(torch.zeros(1))
+    library = torch.library.Library("aten", "IMPL")  # As FlagGems' use_gems() does, for ~400 operators.
+    try:
+        library.impl("eq.Tensor", lambda a, b: a, "CUDA")
+        assert uses_own_ops(on_gpu)
+    finally:
+        library._destroy()
+    assert not uses_own_ops(on_gpu)  # The library's context has ended.

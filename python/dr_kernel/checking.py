@@ -13,8 +13,8 @@ kernels that write only part of an output (blocks of a triangle, whose diagonal 
 with larger tiles) are compared fairly, and garbage in a ``torch.empty`` output never counts. The
 difference must stay within the rounding of the output's dtype: configs sum in different orders.
 
-On the GPU, copies and comparisons run dr_kernel's own kernels (device_ops.py), not PyTorch's
-operators, which a library may have replaced with its own (FlagGems does, for ~400 of them).
+Where a library has replaced PyTorch's CUDA operators with its own (FlagGems does, ~400 of them),
+copies and comparisons run dr_kernel's own kernels (device_ops.py) instead.
 
 Exceptions are classified as ``triton.autotune`` does: the compiler's errors and resource limits
 mean "this config fails"; anything else is a launch error, which is the kernel's or the caller's.
@@ -67,7 +67,7 @@ def scratch_copies(arguments: Mapping[str, Any]) -> dict[str, Any]:
         storage = tensor.untyped_storage()
         key = (str(tensor.device), storage.data_ptr())
         if key not in storages:
-            if _on_gpu(tensor):
+            if uses_own_ops(tensor):
                 clone = torch.empty(storage.nbytes(), dtype=torch.uint8, device=tensor.device)
                 _ops().copy_bytes(clone, _bytes(tensor))
                 storages[key] = clone.untyped_storage()
@@ -94,7 +94,7 @@ def restore(scratch: Mapping[str, Any], pristine: Mapping[str, Any], names: Iter
         tensor = tensor_of(scratch[name])
         if tensor is None:
             continue
-        if _on_gpu(tensor):
+        if uses_own_ops(tensor):
             _ops().copy_bytes(_bytes(tensor), _bytes(tensor_of(pristine[name])))
         else:
             _bytes(tensor).copy_(_bytes(tensor_of(pristine[name])))
@@ -103,7 +103,7 @@ def restore(scratch: Mapping[str, Any], pristine: Mapping[str, Any], names: Iter
 def snapshot(tensor):
     """A copy of `tensor`'s values (what a launch left in an output), made without PyTorch's
     operators on the GPU."""
-    if not (_on_gpu(tensor) and _ops().supported(tensor)):
+    if not (uses_own_ops(tensor) and _ops().supported(tensor)):
         return tensor.clone()
     import torch
 
@@ -112,8 +112,27 @@ def snapshot(tensor):
     return copy
 
 
-def _on_gpu(tensor) -> bool:
-    return tensor.device.type == "cuda"
+def uses_own_ops(tensor) -> bool:
+    """Whether checking copies and compares `tensor` with device_ops.py's kernels: a CUDA tensor
+    while a library has replaced some of PyTorch's operators (torch.library registrations over
+    aten, as FlagGems' use_gems() makes). PyTorch's own CUDA operators need no compile, so they
+    serve whenever they are PyTorch's."""
+    if tensor.device.type != "cuda":
+        return False
+    import torch
+
+    replaced = getattr(torch.library, "_impls", None)  # "aten/eq.Tensor/CUDA", ... registered from Python.
+    if replaced is None:
+        return True
+    return any(f"aten/{op}/{key}" in replaced for op in _TORCH_PATH_OPS for key in ("CUDA", "AutogradCUDA"))
+
+
+# The operators the PyTorch path below uses on a GPU's tensors.
+_TORCH_PATH_OPS = ("copy_", "clone", "ne.Tensor", "eq.Tensor", "any", "all", "index.Tensor", "equal", "_to_copy",
+                   "isnan", "isfinite", "bitwise_and.Tensor", "bitwise_not", "logical_not", "logical_and", "sub.Tensor",
+                   "linalg_vector_norm", "norm.Scalar", "norm.ScalarOpt_dim", "fill_.Scalar", "zero_")
+
+
 
 
 def _ops():
@@ -161,7 +180,7 @@ def written(scratch: Mapping[str, Any], pristine: Mapping[str, Any]) -> list[str
 
 
 def _any_changed(after, before) -> bool:
-    if _on_gpu(after) and _ops().supported(after) and _ops().supported(before):
+    if uses_own_ops(after) and _ops().supported(after) and _ops().supported(before):
         return _ops().any_changed(after, before)
     return bool(changed(after, before).any())
 
@@ -174,7 +193,7 @@ def difference(out, ref, pristine) -> float:
     on NaN or infinity, or for integers that differ at all."""
     import torch
 
-    if _on_gpu(ref) and all(_ops().supported(t) for t in (out, ref, pristine)) \
+    if uses_own_ops(ref) and all(_ops().supported(t) for t in (out, ref, pristine)) \
             and out.dtype == ref.dtype == pristine.dtype and out.shape == ref.shape == pristine.shape:
         return _ops().relative_difference(out, ref, pristine)
     defined = changed(ref, pristine)
