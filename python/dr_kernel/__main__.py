@@ -1,4 +1,4 @@
-"""``python -m dr_kernel run SCRIPT [ARGS...]`` (or ``run -m MODULE [ARGS...]``): run a program with
+"""``python -m dr_kernel run [--widen] SCRIPT [ARGS...]`` (or ``run -m MODULE [ARGS...]``): run a program with
 dr_kernel in place of triton.autotune, for every library it imports. Anything else goes to the
 dr-kernel command line (``python -m dr_kernel replay ...``)."""
 
@@ -9,10 +9,10 @@ import sys
 
 
 def run_program(argv: list[str]) -> int:
-    usage = "usage: python -m dr_kernel run [--narrow] SCRIPT [ARGS...] | run [--narrow] -m MODULE [ARGS...]"
-    widen = True
-    if argv and argv[0] == "--narrow":
-        widen, argv = False, argv[1:]
+    usage = "usage: python -m dr_kernel run [--widen] SCRIPT [ARGS...] | run [--widen] -m MODULE [ARGS...]"
+    widen = False
+    if argv and argv[0] in ("--widen", "--narrow"):  # --narrow, the default, is accepted too.
+        widen, argv = argv[0] == "--widen", argv[1:]
     if not argv or (argv[0] == "-m" and len(argv) < 2):
         print(usage, file=sys.stderr)
         return 2
