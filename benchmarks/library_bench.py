@@ -126,7 +126,8 @@ def tuned_kernels() -> dict:
             if hasattr(obj, "evaluations"):
                 entry.update(evaluations=obj.evaluations, tuning_s=round(obj.tuning_s, 3),
                              statuses=obj.last_session.statuses() if obj.last_session else None,
-                             described=dict(obj.described), notes=obj.notes[:3])
+                             described=dict(obj.described), notes=obj.notes[:3],
+                             split_s=obj.last_session.split_s if obj.last_session else None)
             out[obj.base_fn.__name__] = entry
     return out
 

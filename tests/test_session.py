@@ -89,6 +89,35 @@ def test_refused_configs_are_not_measured_and_identical_binaries_are_measured_on
     assert len(rows) == 8 and {m["status"] for _, m in rows} >= {"ok", "out_of_resources", "compile_timeout"}
 
 
+def slow_compile(request: CompileRequest) -> StaticReport:
+    """A compile that takes 0.4 s of the session's wall time."""
+    import time
+
+    time.sleep(0.4)
+    return StaticReport(kernel="fake", config=dict(request.config), compile_s=0.4, valid=True,
+                        binary_hash=str(request.config["X"]))
+
+
+def test_the_session_says_where_its_wall_time_went():
+    import time
+
+    def measure(configs, best_ms):  # 0.2 s a config, of which its first launch (load) took 0.05 s.
+        time.sleep(0.2 * len(configs))
+        return [({"status": "ok", "ms": 1.0 + c["X"], "load_s": 0.05}, 0.2) for c in configs]
+
+    stage = StaticStage(CompilePool(workers=2, timeout_s=30, task=slow_compile),
+                        lambda config: CompileRequest("fake", dict(config)))
+    try:
+        result = run_session(PROBLEM, make_space({"X": [0, 1]}), measure, static=stage, strategy="exhaustive",
+                             max_evals=2, options={"batch": 2})
+    finally:
+        stage.close()
+    split = result.split_s
+    assert set(split) == {"compile", "load", "measure", "confirm", "search"}
+    assert split["compile"] >= 0.4 and split["load"] == pytest.approx(0.1) and split["measure"] >= 0.3
+    assert sum(split.values()) == pytest.approx(result.wall_s)
+
+
 def test_user_kernels_measure_static_compile_errors_and_stop_trusting_a_wrong_description():
     space = make_space({"X": [5, 3, 0]})
     stage, measure = pretend_stage(workers=1), Counter()

@@ -490,6 +490,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
            "interpreted": interpret, "evaluations": result.evaluations, "measured": result.measured,
            "refused": result.refused, "copied": result.copied, "statuses": result.statuses(),
            "tuning_s": result.history[-1][2] if result.history else 0.0, "wall_s": result.wall_s,
+           "split_s": result.split_s,
            "best_config": result.best_config, "best_ms": result.best_ms if result.best_config else None,
            "confirmed": result.confirmed_json(),
            "db": str(store.path)}
@@ -524,6 +525,7 @@ def _print_tuning(o: dict) -> None:
           f"{o['evaluations']} evaluations ({statuses})")
     print(f"  measured {o['measured']}, refused before launch {o['refused']}, same binary as another {o['copied']}; "
           f"wall {o['wall_s']:.1f} s, charged {o['tuning_s']:.1f} s (compile + measure per config)")
+    print("  wall time: " + ", ".join(f"{part} {seconds:.1f} s" for part, seconds in o["split_s"].items()))
     if o["best_config"] is None:
         print("  no config ran correctly")
     else:

@@ -177,7 +177,10 @@ class SessionResult:
     static stage returned without measuring, `copied` those that shared a binary with a measured
     one; `wall_s` is the session's wall-clock time, confirmation included. `confirmed` holds
     (config, milliseconds of each confirmation round) for the configs timed again at the end, in
-    the order of their first measurement's time; a round that failed is NaN."""
+    the order of their first measurement's time; a round that failed is NaN. `split_s` says where
+    the wall time went: waiting for compiles (`compile`), the first launch of each measured config
+    (`load`: the binary loaded, the check), timing (`measure`: the rest of measuring), re-timing
+    the best (`confirm`) and the rest (`search`: the strategy, the store, prefetching)."""
 
     history: list[tuple[dict, dict, float]] = field(default_factory=list)
     confirmed: list[tuple[dict, list[float]]] = field(default_factory=list)
@@ -188,6 +191,7 @@ class SessionResult:
     refused: int = 0
     copied: int = 0
     static: bool = False
+    split_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def evaluations(self) -> int:
@@ -243,6 +247,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     best = [math.inf]
     trusted = [True]
     started = time.perf_counter()
+    split = collections.Counter({"compile": 0.0, "load": 0.0, "measure": 0.0, "confirm": 0.0})
 
     def binary_of(config: dict, report: StaticReport | None) -> Hashable | None:
         if report is None or not report.valid or not report.binary_hash:
@@ -252,12 +257,14 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     def step(batch: list[dict]) -> list[tuple[dict, float]]:
         reports: list[StaticReport | None] = [None] * len(batch)
         if static is not None and trusted[0]:
+            waited = time.perf_counter()
             try:
                 reports = static.reports_for(batch)
             except RuntimeError as error:  # The compile workers cannot start: measure without them.
                 trusted[0] = False
                 warnings.warn(f"{problem.get('family')}: static checks are off for this session ({error})",
                               stacklevel=2)
+            split["compile"] += time.perf_counter() - waited
         compile_s = [(r.compile_s or 0.0) if r is not None else 0.0 for r in reports]
         out: list[tuple[dict, float] | None] = [None] * len(batch)
         leaders: dict[Hashable, int] = {}  # Binary → position in the batch of the config measured for it.
@@ -284,7 +291,12 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             # Compile what the strategy may ask next while the device measures this batch.
             static.guess([n for c in batch for n in space.neighbours(c)])
         if to_measure:
+            timing = time.perf_counter()
             measured = measure([batch[i] for i in to_measure], best[0])
+            spent = time.perf_counter() - timing
+            loaded = min(spent, sum(float(m.get("load_s") or 0.0) for m, _ in measured))
+            split["load"] += loaded
+            split["measure"] += spent - loaded
             for i, (m, seconds) in zip(to_measure, measured, strict=True):
                 m, report = dict(m), reports[i]
                 if report is not None:
@@ -350,6 +362,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             return measurements
 
         own = [(c, m, s) for c, m, s in result.history if _key(c) not in copies]
+        confirming = time.perf_counter()
         try:
             winner = confirm_winner(own, remeasure, candidates=confirm, rounds=confirm_rounds,
                                     within=confirm_within)
@@ -357,9 +370,11 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             warnings.warn(f"{problem.get('family')}: timing the best configs again failed ({error}); the "
                           "session's first measurements stand", stacklevel=2)
             winner = None
+        split["confirm"] += time.perf_counter() - confirming
         if winner is not None:
             result.best_config, result.best_ms, result.confirmed = winner
     result.wall_s = time.perf_counter() - started
+    result.split_s = {**split, "search": max(0.0, result.wall_s - sum(split.values()))}
     return result
 
 
