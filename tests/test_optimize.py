@@ -74,3 +74,41 @@ def test_static_checks_describe_the_arguments_or_step_aside_with_one_warning():
         for _ in range(2):  # A tuple cannot be described to the compiler: no checks, one warning.
             assert scale_kernel._static_stage({"x_ptr": x, "y_ptr": x, "n": (1, 2)}) is None
     assert len(caught) == 1 and "every config is measured" in str(caught[0].message)
+
+
+SPACE_SCRIPT = r"""
+import json, os, sys, torch, triton
+import triton.language as tl
+from dr_kernel import optimize
+
+@optimize(max_evals=4, key=["n"], space={"BLOCK": json.loads(sys.argv[1])}, strategy="exhaustive", isolate=False)
+@triton.jit
+def double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+x = torch.randn(500)
+y = torch.empty_like(x)
+double[lambda m: (triton.cdiv(500, m["BLOCK"]),)](x, y, 500)
+print(json.dumps({"evaluations": double.evaluations, "block": double.best_config.all_kwargs()["BLOCK"],
+                  "correct": bool(torch.equal(y, 2 * x))}))
+"""
+
+
+def test_a_stored_winner_is_reused_only_for_the_space_it_won_in(tmp_path):
+    # Issue 9, point 1: a winner found in one space is no winner in another.
+    (tmp_path / "space_kernel.py").write_text(SPACE_SCRIPT)
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
+               PYTHONPATH=os.pathsep.join(sys.path))
+
+    def run(space):
+        out = subprocess.run([sys.executable, "space_kernel.py", json.dumps(space)], capture_output=True, text=True,
+                             env=env, timeout=600, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    small = run([32, 64])
+    assert small["evaluations"] == 2 and small["block"] in (32, 64) and small["correct"]
+    assert run([32, 64])["evaluations"] == 0  # The same space: the stored winner.
+    large = run([128, 256])
+    assert large["evaluations"] == 2 and large["block"] in (128, 256) and large["correct"]
