@@ -9,10 +9,12 @@ it differs by one attribute, a config compiled ahead of time lands in another ca
 one the launch looks up, and the launch compiles it again.
 
 So the description is taken from the launch: the kernel is called in warm-up mode through the
-wrappers it sits under, and its JITFunction's ``_do_compile`` is intercepted, for this one call in
-this one thread, to record its arguments instead of compiling. The record, compiled in a worker
-process with ``triton.compile`` exactly as ``_do_compile`` compiles it, fills the disk-cache entry
-the real launch then loads.
+wrappers it sits under, with its JITFunction's ``run`` intercepted (for this one call, in this one
+thread) to record the arguments it receives; they then go through the JIT's own binder and
+``_pack_args``, as ``JITFunction.run`` sends them before ``_do_compile`` (Triton 3.6). Compiled in
+a worker process with ``triton.compile`` as ``_do_compile`` compiles it, the description fills the
+disk-cache entry the real launch then loads; for a binary this process holds already, the worker
+finds it there.
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ _LOCK = threading.Lock()
 
 
 def launch_source(kernel: Any, arguments: Mapping[str, Any]) -> LaunchSource | None:
-    """Returns what ``kernel.run(**arguments, grid=..., warmup=False)`` would compile: a
-    LaunchSource, or None when there is nothing to compile (this process already holds that
-    binary) or nothing to capture (a kernel run by Triton's interpreter). `kernel` is a
-    JITFunction or a wrapper that keeps it in ``.fn`` (``@triton.heuristics``); `arguments` are
-    the kernel's arguments and launch options by name (num_warps, ...), without grid and warmup.
-    Raises what the call raises (a heuristic's error, an unknown keyword)."""
+    """Returns what ``kernel.run(**arguments, grid=..., warmup=False)`` would compile, or None for
+    a kernel run by Triton's interpreter (nothing is compiled). `kernel` is a JITFunction or a
+    wrapper that keeps it in ``.fn`` (``@triton.heuristics``); `arguments` are the kernel's
+    arguments and launch options by name (num_warps, ...), without grid and warmup. Raises what
+    the call raises (a heuristic's error, an unknown keyword)."""
+    from triton import knobs
+    from triton.runtime.driver import driver
     from triton.runtime.jit import JITFunction
 
     from .compile_pool import jit_function
@@ -40,22 +43,30 @@ def launch_source(kernel: Any, arguments: Mapping[str, Any]) -> LaunchSource | N
     jit = jit_function(kernel)
     if not isinstance(jit, JITFunction):
         return None
-    captured: list[LaunchSource] = []
+    captured: list[tuple[tuple, dict]] = []
     caller = threading.get_ident()
-    compile_for_real = type(jit)._do_compile
+    run_for_real = type(jit).run
 
-    def record(key, signature, device, constexprs, options, attrs, warmup):
-        if threading.get_ident() != caller:  # Another thread's launch of this kernel compiles as usual.
-            return compile_for_real(jit, key, signature, device, constexprs, options, attrs, warmup)
-        target = jit.device_caches[device][2]
-        captured.append(LaunchSource(jit, dict(signature), dict(constexprs), dict(attrs), dict(options.__dict__),
-                                     target))
-        return None  # The JIT then returns without compiling or launching.
+    def record(*args, grid=None, warmup=False, **kwargs):
+        if threading.get_ident() != caller:  # Another thread's launch of this kernel runs as usual.
+            return run_for_real(jit, *args, grid=grid, warmup=warmup, **kwargs)
+        captured.append((args, kwargs))
+        return None
 
     with _LOCK:
-        jit._do_compile = record
+        jit.run = record
         try:
             kernel.run(**arguments, grid=None, warmup=True)
         finally:
-            del jit._do_compile
-    return captured[0] if captured else None
+            del jit.run
+    if not captured:
+        return None  # A wrapper decided not to launch.
+    args, kwargs = captured[0]
+    # JITFunction.run up to its _do_compile call.
+    kwargs["debug"] = kwargs.get("debug", jit.debug) or knobs.runtime.debug
+    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    device = driver.active.get_current_device()
+    _, _, target, backend, binder = jit.device_caches[device]
+    bound_args, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound_args, specialization, options)
+    return LaunchSource(jit, dict(signature), dict(constexprs), dict(attrs), dict(options.__dict__), target)
