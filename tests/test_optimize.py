@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = r"""
 import json, sys
 from optimize_kernels import run, scale_kernel
@@ -112,3 +114,57 @@ def test_a_stored_winner_is_reused_only_for_the_space_it_won_in(tmp_path):
     assert run([32, 64])["evaluations"] == 0  # The same space: the stored winner.
     large = run([128, 256])
     assert large["evaluations"] == 2 and large["block"] in (128, 256) and large["correct"]
+
+
+VOTE_SCRIPT = r"""
+import json, os, sys, torch, triton
+import triton.language as tl
+from dr_kernel import optimize
+
+variants = json.loads(os.environ["VARIANTS"])
+
+@optimize(max_evals=20, key=["n"], space={"VARIANT": variants, "BLOCK": [32, 64]}, strategy="exhaustive",
+          isolate=os.environ["ISOLATE"] == "isolate")
+@triton.jit
+def double(x_ptr, y_ptr, n, VARIANT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    y = 3 * x if VARIANT == 1 else (x + x if VARIANT == 2 else 2 * x)  # VARIANT 1 is a bug.
+    tl.store(y_ptr + offs, y, mask=offs < n)
+
+def main():
+    x = torch.randn(300)
+    y = torch.empty_like(x)
+    try:
+        double[lambda m: (triton.cdiv(300, m["BLOCK"]),)](x, y, 300)
+    except RuntimeError as error:
+        return {"error": str(error)}
+    return {"correct": bool(torch.allclose(y, 2 * x)), "best": double.best_config.all_kwargs(), "notes": double.notes}
+"""
+
+
+@pytest.mark.parametrize("isolate", ["in_process", "isolate"])
+def test_without_a_reference_the_majority_of_results_decides_not_the_first_config(tmp_path, isolate):
+    # Issue 9, point 2: the first config that runs computes 3x; four of the six compute 2x.
+    (tmp_path / "vote_kernel.py").write_text(VOTE_SCRIPT)
+    out = _run_in(tmp_path, [1, 0, 2], isolate)
+    assert out["correct"] and out["best"]["VARIANT"] in (0, 2)
+    assert any("majority" in note for note in out["notes"])
+
+
+def test_without_a_reference_a_tie_between_results_is_refused_with_the_configs_named(tmp_path):
+    (tmp_path / "vote_kernel.py").write_text(VOTE_SCRIPT)
+    out = _run_in(tmp_path, [1, 0], "in_process")
+    assert "no result has a majority" in out["error"] and '"VARIANT": 1' in out["error"]
+    assert "give reference=" in out["error"]
+
+
+def _run_in(tmp_path, variants, isolate):
+    # The kernel is in a module of its own, which a measuring process can import.
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]), VARIANTS=json.dumps(variants), ISOLATE=isolate)
+    code = "import json, vote_kernel; print(json.dumps(vote_kernel.main()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

@@ -133,8 +133,6 @@ _TORCH_PATH_OPS = ("copy_", "clone", "ne.Tensor", "eq.Tensor", "any", "all", "in
                    "linalg_vector_norm", "norm.Scalar", "norm.ScalarOpt_dim", "fill_.Scalar", "zero_")
 
 
-
-
 def _ops():
     # Imported on first use: it imports Triton, which checking CPU tensors does not need.
     from . import device_ops
@@ -245,3 +243,61 @@ def classify(error: BaseException) -> dict:
     else:
         status = "launch_error"
     return {"status": status, "error": text[:4000]}
+
+
+# ----- deciding by majority when no reference is given -------------------------------------------
+
+SIGNATURE_SAMPLES = 2048
+
+
+def signature(outputs: Iterable[Any]) -> list:
+    """A small sample of each output (up to SIGNATURE_SAMPLES evenly spaced elements, as floats,
+    with the dtype): enough to tell configs that compute different results apart, small enough
+    to travel back from a measuring process with every measurement."""
+    import torch
+
+    out = []
+    for tensor in outputs:
+        flat = tensor.reshape(-1)
+        step = max(1, flat.numel() // SIGNATURE_SAMPLES)
+        sample = flat[::step][:SIGNATURE_SAMPLES]
+        values = sample.to(torch.float64) if not sample.dtype.is_complex else sample.abs().to(torch.float64)
+        out.append([str(tensor.dtype).replace("torch.", ""), values.cpu().tolist()])
+    return out
+
+
+def signatures_agree(a: list, b: list) -> bool:
+    """Whether two signatures are of one result: the same NaN and infinite elements, and finite
+    elements alike within the rounding of their dtype (relative L2, as configs are compared)."""
+    if len(a) != len(b):
+        return False
+    for (dtype, x), (other, y) in zip(a, b, strict=True):
+        if dtype != other or len(x) != len(y):
+            return False
+        diff = scale = 0.0
+        for u, v in zip(x, y, strict=True):
+            if u != u or v != v or math.isinf(u) or math.isinf(v):
+                if not (u == v or (u != u and v != v)):
+                    return False
+                continue
+            diff += (u - v) ** 2
+            scale += v * v
+        limit = tolerance(dtype)
+        if math.sqrt(diff) > limit * math.sqrt(scale) + (0.0 if limit else 1e-300):
+            return False
+    return True
+
+
+def majority(votes: list[tuple[Any, list, bool]]) -> tuple[list[list], int]:
+    """Groups the voters (config, signature, agrees with the reference) by result and returns the
+    groups, largest first, and the position among them of the reference's group (-1 if none)."""
+    groups: list[list] = []
+    for config, sig, agrees in votes:
+        for group in groups:
+            if signatures_agree(group[0][1], sig):
+                group.append((config, sig, agrees))
+                break
+        else:
+            groups.append([(config, sig, agrees)])
+    groups.sort(key=len, reverse=True)
+    return groups, next((i for i, g in enumerate(groups) if any(agrees for _, _, agrees in g)), -1)

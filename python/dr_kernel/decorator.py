@@ -41,7 +41,10 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
     ``constraints`` are Python expressions over its names. ``max_evals`` and ``max_seconds`` bound
     one tuning. ``reference(**args)`` returns the correct outputs (in the order of ``outputs``, the
     names of the tensors the kernel writes); without it the first of ``configs`` that runs is the
-    reference, or with ``space=`` the first config that runs. Every measuring launch runs on a
+    reference, or with ``space=`` the configs' results are put to a vote: the first config that
+    runs judges the others while the search goes on, and if more configs agree on another result
+    than on its, the search runs again judged by that majority (a tie raises an error naming the
+    configs, asking for ``reference=``). Every measuring launch runs on a
     copy of the arguments: the caller's tensors are written only by the winner's launch.
     ``isolate`` forces measuring in worker processes (True) or in this process (False); kernels
     with hooks are measured in this process.

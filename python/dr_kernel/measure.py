@@ -102,6 +102,10 @@ class Job:
             return relerr, f"relative error {relerr:.3g} is over {settings.max_relerr}"
         return relerr, None
 
+    def annotate(self, state: Any, outs: list, reference: list | None) -> dict:
+        """Fields to add to the measurement of a checked launch (none by default)."""
+        return {}
+
     def keep(self, outs: list) -> list:
         """A copy of correct outputs, to serve as the reference for later configs."""
         return [o.clone() for o in outs]
@@ -174,8 +178,9 @@ def measure_config(job: Job, state: Any, config: dict, reference: list | None, b
         return {"status": "wrong", "load_s": load_s, "error": "the launch wrote no tensor"}, None
 
     relerr, problem = job.check(state, outs, reference, settings)
+    extra = job.annotate(state, outs, reference)
     if problem is not None:
-        return {"status": "wrong", "relerr": relerr, "load_s": load_s, "error": problem}, None
+        return {"status": "wrong", "relerr": relerr, "load_s": load_s, "error": problem, **extra}, None
     kept = job.keep(outs) if reference is None else None
 
     times: list[float] = []
@@ -191,7 +196,7 @@ def measure_config(job: Job, state: Any, config: dict, reference: list | None, b
     times.sort()
     q = statistics.quantiles(times, n=5, method="inclusive") if len(times) > 1 else [times[0]] * 4
     return {"status": "ok", "ms": statistics.median(times), "ms_p20": q[0], "ms_p80": q[3],
-            "relerr": relerr, "load_s": load_s, "reps": len(times)}, kept
+            "relerr": relerr, "load_s": load_s, "reps": len(times), **extra}, kept
 
 
 def _child_entry(fd: int) -> None:

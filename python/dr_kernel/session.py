@@ -192,6 +192,7 @@ class SessionResult:
     copied: int = 0
     static: bool = False
     split_s: dict[str, float] = field(default_factory=dict)
+    copied_from: dict[tuple, dict] = field(default_factory=dict)  # Copied config (sorted items) → its leader.
 
     @property
     def evaluations(self) -> int:
@@ -320,6 +321,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             copy.update(static_fields(reports[i]))
             copy["same_binary_as"] = leader
             copies.add(_key(batch[i]))
+            result.copied_from[_key(batch[i])] = leader
             out[i] = (copy, compile_s[i])
             result.copied += 1
         for config, (m, _) in zip(batch, out, strict=True):

@@ -35,7 +35,19 @@ from typing import Any
 
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-from .checking import difference, is_tensor, restore, scratch_copies, snapshot, tensor_of, tolerance, written
+from .checking import (
+    changed,
+    difference,
+    is_tensor,
+    majority,
+    restore,
+    scratch_copies,
+    signature,
+    snapshot,
+    tensor_of,
+    tolerance,
+    written,
+)
 from .measure import Job, MeasurePool, MeasureSettings, relative_error, visible_devices
 from .space import LAUNCH_OPTIONS, config_dict, make_space
 
@@ -78,6 +90,10 @@ class KernelJob(Job):
     # With no reference at all, the first config that runs becomes it; it must then write every
     # element of what it writes (probed on poisoned outputs), or a partial writer would be the judge.
     probe_first: bool = False
+    # With no reference but the first config that runs, each checked launch also returns a
+    # signature of its outputs, and whether it left elements the reference wrote unwritten, so
+    # that the configs' results can be put to a vote (tuner.py, TunedKernel._tune).
+    vote: bool = False
     fn: Any = None
 
     # ----- setup --------------------------------------------------------------------------------
@@ -230,6 +246,16 @@ class KernelJob(Job):
 
     def keep(self, outs: list) -> list:
         return outs  # Already copies.
+
+    def annotate(self, state: Any, outs: list, reference: list | None) -> dict:
+        if not (self.vote and state["checked"]) or not outs:
+            return {}
+        partial = False
+        if reference is not None and len(reference) == len(outs):
+            pristine = [tensor_of(state["pristine"][n]) for n in state["outputs"]]
+            partial = any(bool((changed(r, p) & ~changed(o, p)).any()) for o, r, p in zip(outs, reference, pristine,
+                                                                                         strict=True))
+        return {"signature": signature(outs), "partial": partial}
 
 
 def written_outputs(state: dict) -> list[str]:
@@ -662,9 +688,12 @@ class TunedKernel(TritonAutotuner):
         sessions = []
         try:
             session = None
-            for checked in (True, False):
-                job = self._job(nargs, kwargs, isolate, reference_configs)
+            attempts = [(True, reference_configs)]  # (checked, the configs whose first that runs is the reference)
+            for checked, references in attempts:
+                job = self._job(nargs, kwargs, isolate, references)
                 job.check_results = checked
+                job.vote = checked and self.reference is None and not references
+                votes: dict[tuple, tuple] = {}
                 if isolate:
                     pool = MeasurePool(job, devices, self.settings)
                     measure_configs, close = pool.measure, pool.close
@@ -677,10 +706,11 @@ class TunedKernel(TritonAutotuner):
                     self._note(f"{self.__name__}: configs are timed unchecked for key {key}: {note}.")
 
                 def measure(batch: list[dict], best_ms: float, isolate=isolate, measure_configs=measure_configs,
-                            job=job):
+                            job=job, votes=votes):
                     if not isolate:
-                        return measure_configs(batch, best_ms)
+                        return _take_votes(batch, measure_configs(batch, best_ms), votes)
                     results = measure_configs([{**c, "__grid__": grid_of(c)} for c in batch], best_ms)
+                    _take_votes(batch, results, votes)
                     if not job.reference_configs and job.reference is None:
                         # A measuring process that restarts after a crash must judge by the same reference.
                         first_ok = next((c for c, (m, _) in zip(batch, results, strict=True) if m["status"] == "ok"),
@@ -705,6 +735,13 @@ class TunedKernel(TritonAutotuner):
                         self._note(f"{self.__name__}: no config matched the reference for key {key}, so the "
                                    "check cannot be made; the configs are timed unchecked, as triton.autotune "
                                    "times them.")
+                        attempts.append((False, references))
+                        continue
+                    elected = self._elect(votes, session, key) if job.vote else None
+                    if elected is not None and len(attempts) < 3:
+                        # Most configs agree on another result than the first config that ran: that one
+                        # was wrong, and the configs judged by it must be measured again.
+                        attempts.append((True, [{**elected, "__grid__": grid_of(elected)} if isolate else elected]))
                         continue
                     sessions.append(session)
                     if self.widen and self.listed is not None and checked and note is None:
@@ -745,9 +782,51 @@ class TunedKernel(TritonAutotuner):
         self.tuning_s += time.perf_counter() - started
         return session.best_config
 
+    def _elect(self, votes: dict, session, key: tuple) -> dict | None:
+        """With no reference, the configs' results put to a vote (issue 9): None when the first
+        config that ran (the reference so far) has the most configs on its side; the first config
+        of the larger group when another result has more; a clear error when two results have as
+        many. Configs that left elements the reference wrote unwritten, or failed, do not vote; a
+        config that compiled to the binary of another votes as that one."""
+        votes = dict(votes)
+        for config, m, _ in session.history:
+            leader = votes.get(config_key(session.copied_from.get(config_key(config), {})))
+            if leader is not None and config_key(config) not in votes:
+                votes[config_key(config)] = (dict(config), leader[1], leader[2], m["status"])
+        voters = [(config, sig, status == "ok") for config, sig, partial, status in votes.values()
+                  if not partial and status in ("ok", "wrong")]
+        groups, ours = majority(voters)
+        if ours < 0 or len(groups) < 2:
+            return None
+        if len(groups[0]) == len(groups[1]):
+            def named(group):
+                return ", ".join(json.dumps(c, sort_keys=True) for c, _, _ in group[:4]) + (" ..." * (len(group) > 4))
+
+            names = " against ".join(named(g) for g in groups[:2])
+            raise RuntimeError(f"tuning {self.__name__} for key {key}: with no reference, its configs disagree and no "
+                               f"result has a majority ({len(groups[0])} configs each: {names}); give reference= (a "
+                               "function computing the right outputs) so that the right configs can be told apart")
+        if ours == 0:
+            return None
+        winner = groups[0][0][0]
+        self._note(f"{self.__name__}: for key {key}, {len(groups[0])} configs agree on one result and "
+                   f"{len(groups[ours])} (the first config that ran among them) on another; the majority's is taken "
+                   f"as the reference and the configs are measured again against {json.dumps(winner, sort_keys=True)}.")
+        return winner
+
     def _note(self, text: str) -> None:
         self.notes.append(text)
         warnings.warn(text, stacklevel=6)
+
+
+def _take_votes(batch: list[dict], results: list, votes: dict) -> list:
+    """Moves each measurement's signature (KernelJob.annotate) into `votes`, keyed by config: the
+    session and the store see the measurement without it."""
+    for config, (m, _) in zip(batch, results, strict=True):
+        sig, partial = m.pop("signature", None), m.pop("partial", False)
+        if sig is not None:
+            votes[config_key(config)] = (dict(config), sig, partial, m["status"])
+    return results
 
 
 def widened_space(configs: Sequence[dict]):
