@@ -83,7 +83,8 @@ class Store {
 
   // Adds recorded tables (their problems, references and rows) in one transaction and returns the
   // number of rows added. Rows are labelled `source`, or with their table's own source (its file)
-  // when `source` is empty. Importing the same tables twice stores their rows twice.
+  // when `source` is empty. A row the store holds already, field for field, is not added again:
+  // importing one file twice stores its rows once.
   int64_t Import(const std::vector<ProblemTable>& tables, const std::string& source);
   // Every problem with its reference and rows, as recorded tables (one consistent snapshot, problems
   // and rows in the order they were added); each table's source is the database's path. Written with

@@ -38,11 +38,13 @@ struct ProblemTable {
   double oracle_ms() const;
 };
 
-// Reads JSON-lines text; `name` is used in error messages. Rows are grouped into problems by family
-// and shape, in order of first appearance. Blank lines are skipped; anything else that is not a
-// well-formed reference or measure row throws TableError.
+// Reads JSON-lines text; `name` is used in error messages. Rows are grouped into problems by family,
+// shape, dtype and device (a row that names no device belongs with one that does), in order of
+// first appearance, with one row per config: a config recorded more than once is one measurement
+// repeated (the median of the repeats that ran; the first failure if none ran). Blank lines are
+// skipped; anything else that is not a well-formed reference or measure row throws TableError.
 std::vector<ProblemTable> ParseTables(std::istream& in, const std::string& name);
-// Reads the files in order; problems from different files stay separate only if they differ.
+// Reads the files in order; one problem recorded in several files is one table, as above.
 std::vector<ProblemTable> ReadTables(const std::vector<std::string>& paths);
 
 // The JSON-lines rows of one problem (its reference first, when known).

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "json_util.h"
@@ -529,8 +530,19 @@ int64_t Store::Import(const std::vector<ProblemTable>& tables, const std::string
   for (const auto& table : tables) {
     const int64_t id = ProblemId(db_.get(), path_, table.problem, /*add=*/true);
     if (table.reference) PutReference(db_.get(), path_, id, *table.reference);
-    InsertRows(db_.get(), path_, table.problem, id, table.rows, source.empty() ? table.source : source);
-    added += static_cast<int64_t>(table.rows.size());
+    // A row the store holds already (the same file imported twice) is not stored again.
+    std::unordered_set<std::string> stored;
+    {
+      Statement held(db_.get(), path_, std::string("SELECT ") + kRowColumns + " FROM measurements WHERE problem_id = ?",
+                     "reading the stored measurements");
+      held.Bind(1, id);
+      while (held.Step()) stored.insert(MeasureRowJson(table.problem, ReadRow(held, 0, path_)));
+    }
+    std::vector<TableRow> fresh;
+    for (const auto& row : table.rows)
+      if (stored.insert(MeasureRowJson(table.problem, row)).second) fresh.push_back(row);
+    InsertRows(db_.get(), path_, table.problem, id, fresh, source.empty() ? table.source : source);
+    added += static_cast<int64_t>(fresh.size());
   }
   tx.Commit();
   return added;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -268,6 +269,25 @@ TEST_F(StoreTest, SoftmaxTableRoundTripsThroughExport) {
   ExpectSameTables(original, exported);
   // Written in the recorded format and read back, nothing changes either.
   ExpectSameTables(original, WrittenAndParsed(exported));
+}
+
+TEST_F(StoreTest, ImportingAFileTwiceStoresItsRowsOnce) {
+  // Issue 9, point 3: export then reported 4 x the configs of a table imported twice.
+  const auto original = ReadTables({DR_KERNEL_DATA_DIR "/softmax.jsonl"});
+  Store store(path_);
+  EXPECT_EQ(store.Import(original, ""), 170);
+  EXPECT_EQ(store.Import(original, ""), 0);
+  EXPECT_EQ(store.Count(), 170);
+  ExpectSameTables(original, store.Export());
+  // A new measurement of a config already stored is a repeat, and is kept.
+  auto again = original;
+  const auto ok = std::find_if(again[0].rows.begin(), again[0].rows.end(),
+                               [](const TableRow& r) { return r.measurement.ok(); });
+  ASSERT_NE(ok, again[0].rows.end());
+  again[0].rows = {*ok};
+  again[0].rows[0].measurement.ms *= 1.01;
+  EXPECT_EQ(store.Import(again, ""), 1);
+  EXPECT_EQ(store.Count(), 171);
 }
 
 TEST_F(StoreTest, ImportsWholeMatmulTableInOneTransaction) {

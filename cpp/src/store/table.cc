@@ -77,19 +77,82 @@ class LineReader {
 
 }  // namespace
 
+namespace {
+
+// Whether two rows' problems are one: the same family, shape and dtype, and the same device where
+// both name one (a row without a device belongs to the problem of its file that has one).
+bool SameProblem(const Problem& a, const Problem& b) {
+  return a.family == b.family && a.dtype == b.dtype && ToJson(a.shape) == ToJson(b.shape) &&
+         (a.device.empty() || b.device.empty() || a.device == b.device);
+}
+
+// The table of `problem` in `tables`, added (with `source`) when there is none.
+ProblemTable& TableFor(std::vector<ProblemTable>& tables, const Problem& problem, const std::string& source) {
+  for (auto& t : tables) {
+    if (!SameProblem(t.problem, problem)) continue;
+    if (t.problem.device.empty()) t.problem.device = problem.device;
+    return t;
+  }
+  tables.emplace_back();
+  tables.back().problem = problem;
+  tables.back().source = source;
+  return tables.back();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// One row per config: rows of a config recorded more than once are repeats of one measurement.
+// If any repeat ran, the config ran: its times are the medians over the repeats that ran (a
+// failure among them was the machine's, not the config's); if none ran, the first failure stands.
+void CombineRepeats(ProblemTable& table) {
+  std::vector<TableRow> rows;
+  std::map<std::string, std::vector<size_t>> repeats;  // Config JSON -> positions in table.rows.
+  std::vector<std::string> order;
+  for (size_t i = 0; i < table.rows.size(); ++i) {
+    auto [it, inserted] = repeats.emplace(ToJson(table.rows[i].config), std::vector<size_t>{});
+    if (inserted) order.push_back(it->first);
+    it->second.push_back(i);
+  }
+  if (order.size() == table.rows.size()) return;
+  for (const auto& key : order) {
+    const auto& positions = repeats[key];
+    std::vector<const TableRow*> ran;
+    for (size_t i : positions)
+      if (table.rows[i].measurement.ok()) ran.push_back(&table.rows[i]);
+    if (ran.empty()) {
+      rows.push_back(table.rows[positions.front()]);
+      continue;
+    }
+    TableRow row = *ran.front();
+    auto median_of = [&](double Measurement::*field) {
+      std::vector<double> v;
+      for (const TableRow* r : ran)
+        if (!std::isnan(r->measurement.*field)) v.push_back(r->measurement.*field);
+      return v.empty() ? kNaN : Median(v);
+    };
+    row.measurement.ms = median_of(&Measurement::ms);
+    row.measurement.ms_p20 = median_of(&Measurement::ms_p20);
+    row.measurement.ms_p80 = median_of(&Measurement::ms_p80);
+    rows.push_back(std::move(row));
+  }
+  table.rows = std::move(rows);
+}
+
+}  // namespace
+
 std::vector<ProblemTable> ParseTables(std::istream& in, const std::string& name) {
   std::vector<ProblemTable> tables;
-  std::map<std::string, size_t> index;  // family + shape JSON -> position in tables.
-  auto table_for = [&](const std::string& family, const NamedValues& shape) -> ProblemTable& {
-    const std::string key = family + "|" + ToJson(shape);
-    auto [it, inserted] = index.emplace(key, tables.size());
-    if (inserted) {
-      tables.emplace_back();
-      tables.back().problem.family = family;
-      tables.back().problem.shape = shape;
-      tables.back().source = name;
-    }
-    return tables[it->second];
+  auto table_for = [&](const json& row, const LineReader& r) -> ProblemTable& {
+    Problem problem;
+    problem.family = r.String(row, "family");
+    problem.shape = r.Object(row, "shape");
+    if (row.contains("dtype")) problem.dtype = r.String(row, "dtype");
+    if (row.contains("device")) problem.device = r.String(row, "device");
+    return TableFor(tables, problem, name);
   };
 
   std::string text;
@@ -106,11 +169,7 @@ std::vector<ProblemTable> ParseTables(std::istream& in, const std::string& name)
     }
     if (!row.is_object()) r.Fail("a row should be a JSON object");
     const std::string type = r.String(row, "type");
-    const std::string family = r.String(row, "family");
-    const NamedValues shape = r.Object(row, "shape");
-    ProblemTable& table = table_for(family, shape);
-    if (row.contains("dtype") && table.problem.dtype.empty()) table.problem.dtype = r.String(row, "dtype");
-    if (row.contains("device") && table.problem.device.empty()) table.problem.device = r.String(row, "device");
+    ProblemTable& table = table_for(row, r);
 
     if (type == "reference") {
       Reference ref;
@@ -146,6 +205,7 @@ std::vector<ProblemTable> ParseTables(std::istream& in, const std::string& name)
       r.Fail("unknown row type '" + type + "' (expected 'reference' or 'measure')");
     }
   }
+  for (auto& t : tables) CombineRepeats(t);
   return tables;
 }
 
@@ -154,8 +214,17 @@ std::vector<ProblemTable> ReadTables(const std::vector<std::string>& paths) {
   for (const auto& path : paths) {
     std::ifstream in(path);
     if (!in) throw TableError(path + ": cannot be opened; check the path (the bundled tables are in dr_kernel/data)");
-    for (auto& t : ParseTables(in, path)) all.push_back(std::move(t));
+    for (auto& t : ParseTables(in, path)) {
+      ProblemTable& into = TableFor(all, t.problem, t.source);
+      if (into.rows.empty() && !into.reference) {
+        into = std::move(t);  // The first file that has the problem.
+        continue;
+      }
+      if (!into.reference) into.reference = t.reference;
+      for (auto& row : t.rows) into.rows.push_back(std::move(row));
+    }
   }
+  for (auto& t : all) CombineRepeats(t);
   return all;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 namespace dr_kernel {
@@ -74,6 +75,38 @@ TEST(TableTest, MalformedLinesNameTheFileAndLine) {
   ExpectError(R"({"type":"other","family":"f","shape":{"n":1}})", "bad.jsonl:1: unknown row type 'other'");
   ExpectError(R"({"type":"measure","family":"f","shape":{"n":1},"config":{"B":2},"status":"ok"})",
               "bad.jsonl:1: an 'ok' row needs a positive 'ms'");
+}
+
+TEST(TableTest, OneProblemIsOneTableWithOneRowPerConfig) {
+  // Issue 9, point 3: repeats of a config are one measurement, a problem split over two files is one
+  // problem, and the dtype tells problems apart.
+  const std::string a = testing::TempDir() + "/split_a.jsonl";
+  const std::string b = testing::TempDir() + "/split_b.jsonl";
+  const char* head = R"({"type":"measure","family":"softmax","shape":{"rows":8,"cols":8},)";
+  {
+    std::ofstream out(a);
+    out << head << R"("config":{"BLOCK":8},"status":"ok","ms":1.0})" << "\n"
+        << head << R"("config":{"BLOCK":8},"status":"crashed"})" << "\n"
+        << head << R"("config":{"BLOCK":8},"status":"ok","ms":3.0})" << "\n"
+        << head << R"("dtype":"bf16","config":{"BLOCK":8},"status":"ok","ms":9.0})" << "\n";
+    std::ofstream more(b);
+    more << head << R"("config":{"BLOCK":16},"status":"ok","ms":0.5,"device":"NVIDIA H200"})" << "\n"
+         << head << R"("config":{"BLOCK":32},"status":"compile_error"})" << "\n"
+         << head << R"("config":{"BLOCK":32},"status":"compile_error"})" << "\n";
+  }
+  const auto tables = ReadTables({a, b});
+  ASSERT_EQ(tables.size(), 2u);
+  const ProblemTable& fp16 = tables[0];
+  EXPECT_EQ(fp16.problem.dtype, "");
+  EXPECT_EQ(fp16.problem.device, "NVIDIA H200");
+  ASSERT_EQ(fp16.rows.size(), 3u);
+  EXPECT_TRUE(fp16.rows[0].measurement.ok());
+  EXPECT_DOUBLE_EQ(fp16.rows[0].measurement.ms, 2.0);  // The median of the repeats that ran.
+  EXPECT_EQ(ToJson(fp16.rows[2].config), R"({"BLOCK":32})");
+  EXPECT_FALSE(fp16.rows[2].measurement.ok());
+  EXPECT_DOUBLE_EQ(fp16.oracle_ms(), 0.5);
+  EXPECT_EQ(tables[1].problem.dtype, "bf16");
+  EXPECT_EQ(tables[1].rows.size(), 1u);
 }
 
 TEST(TableTest, MissingFileSaysSo) {
