@@ -118,6 +118,31 @@ def test_the_session_says_where_its_wall_time_went():
     assert sum(split.values()) == pytest.approx(result.wall_s)
 
 
+class FlakyStore:
+    """A store whose writes fail as a locked or full database does (OSError), `failures` times."""
+
+    def __init__(self, failures: float):
+        self.failures, self.rows = failures, []
+
+    def add(self, problem, config, measurement, source):
+        if self.failures > 0:
+            self.failures -= 1
+            raise OSError("r.db: the database is locked by another process")
+        self.rows.append(config["X"])
+
+
+def test_a_store_that_cannot_be_written_loses_no_measurement_and_ends_no_session():
+    # Issue 9, point 14: a write lock held past its timeout ended the session with what it measured.
+    space = make_space({"X": [0, 1, 2, 3, 4, 5]})
+    store = FlakyStore(failures=3)
+    result = run_session(PROBLEM, space, Counter(), strategy="exhaustive", max_evals=6, store=store)
+    assert result.evaluations == 6 and sorted(store.rows) == [0, 1, 2, 3, 4, 5]  # Kept, written later.
+    store = FlakyStore(failures=math.inf)
+    with pytest.warns(UserWarning, match="6 of this session's measurements could not be written"):
+        result = run_session(PROBLEM, space, Counter(), strategy="exhaustive", max_evals=6, store=store)
+    assert result.evaluations == 6 and result.best_config == {"X": 0}
+
+
 def test_user_kernels_measure_static_compile_errors_and_stop_trusting_a_wrong_description():
     space = make_space({"X": [5, 3, 0]})
     stage, measure = pretend_stage(workers=1), Counter()

@@ -241,6 +241,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     from . import _core
 
     result = SessionResult(static=static is not None)
+    writer = _StoreWriter(store, problem)
     if prefetch is None:
         prefetch = strategy in NEIGHBOUR_STRATEGIES
     by_binary: dict[Hashable, tuple[dict, dict]] = {}  # Binary (and launch) → (config, measurement).
@@ -330,7 +331,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             if known and _key(config) in known:
                 continue  # Stored when it was measured.
             if store is not None:
-                store.add(dict(problem), config, _storable(m), source)
+                writer.add(dict(problem), config, _storable(m), source)
         return out  # type: ignore[return-value]
 
     def trial(config: dict, measurement: dict, elapsed_s: float) -> None:
@@ -345,36 +346,39 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         # On a GPU a measurement costs seconds, so the agent's copy of the cost model is refitted
         # with the session's measurements every 8 of them (0.1 s a refit); replays leave it off.
         options.setdefault("refit", 8)
-    history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed, options, trial)
-    result.history = [(c, m, s) for c, m, s in history]
-    ok = [(m["ms"], c) for c, m, _ in result.history if m["status"] == "ok"]
-    if ok:
-        result.best_ms, result.best_config = min(ok, key=lambda t: t[0])
-    if confirm > 1 and ok:
-        first = {_key(c): m for c, m, _ in result.history}
+    try:
+        history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed, options, trial)
+        result.history = [(c, m, s) for c, m, s in history]
+        ok = [(m["ms"], c) for c, m, _ in result.history if m["status"] == "ok"]
+        if ok:
+            result.best_ms, result.best_config = min(ok, key=lambda t: t[0])
+        if confirm > 1 and ok:
+            first = {_key(c): m for c, m, _ in result.history}
 
-        def remeasure(configs: list[dict]) -> list[dict]:
-            measurements = [dict(m) for m, _ in measure(configs, math.inf)]
-            for config, m in zip(configs, measurements, strict=True):
-                # The binary is the one compiled before: its resource usage is known.
-                m.update({k: first[_key(config)][k] for k in ("n_regs", "n_spills", "shared", "occupancy")
-                          if k in first[_key(config)]})
-                if store is not None:
-                    store.add(dict(problem), config, _storable(m), source)
-            return measurements
+            def remeasure(configs: list[dict]) -> list[dict]:
+                measurements = [dict(m) for m, _ in measure(configs, math.inf)]
+                for config, m in zip(configs, measurements, strict=True):
+                    # The binary is the one compiled before: its resource usage is known.
+                    m.update({k: first[_key(config)][k] for k in ("n_regs", "n_spills", "shared", "occupancy")
+                              if k in first[_key(config)]})
+                    if store is not None:
+                        writer.add(dict(problem), config, _storable(m), source)
+                return measurements
 
-        own = [(c, m, s) for c, m, s in result.history if _key(c) not in copies]
-        confirming = time.perf_counter()
-        try:
-            winner = confirm_winner(own, remeasure, candidates=confirm, rounds=confirm_rounds,
-                                    within=confirm_within)
-        except Exception as error:  # noqa: BLE001 - the search's results must survive a failed re-timing.
-            warnings.warn(f"{problem.get('family')}: timing the best configs again failed ({error}); the "
-                          "session's first measurements stand", stacklevel=2)
-            winner = None
-        split["confirm"] += time.perf_counter() - confirming
-        if winner is not None:
-            result.best_config, result.best_ms, result.confirmed = winner
+            own = [(c, m, s) for c, m, s in result.history if _key(c) not in copies]
+            confirming = time.perf_counter()
+            try:
+                winner = confirm_winner(own, remeasure, candidates=confirm, rounds=confirm_rounds,
+                                        within=confirm_within)
+            except Exception as error:  # noqa: BLE001 - the search's results must survive a failed re-timing.
+                warnings.warn(f"{problem.get('family')}: timing the best configs again failed ({error}); the "
+                              "session's first measurements stand", stacklevel=2)
+                winner = None
+            split["confirm"] += time.perf_counter() - confirming
+            if winner is not None:
+                result.best_config, result.best_ms, result.confirmed = winner
+    finally:
+        writer.close()
     result.wall_s = time.perf_counter() - started
     result.split_s = {**split, "search": max(0.0, result.wall_s - sum(split.values()))}
     return result
@@ -418,6 +422,38 @@ def confirm_winner(history: Sequence[tuple[dict, dict, float]], remeasure: Calla
         return None
     best_ms, best = min(finished)
     return chosen[best], best_ms, [(c, t) for c, t in zip(chosen, times, strict=True)]
+
+
+class _StoreWriter:
+    """Adds a session's measurements to the store, keeping those it cannot write (another process
+    holding the write lock past its timeout, a full disk) to try again with the next one and at the
+    end: a store that fails never ends the session nor loses what it measured, and what could not
+    be written in the end is said once, with the reason."""
+
+    def __init__(self, store, problem: Mapping[str, Any]) -> None:
+        self.store, self.problem = store, problem
+        self.pending: list[tuple] = []
+        self.error: OSError | None = None
+
+    def add(self, problem: dict, config: dict, measurement: dict, source: str) -> None:
+        self.pending.append((problem, config, measurement, source))
+        self._flush()
+
+    def _flush(self) -> None:
+        while self.pending:
+            try:
+                self.store.add(*self.pending[0])
+            except OSError as error:
+                self.error = error
+                return
+            self.pending.pop(0)
+
+    def close(self) -> None:
+        self._flush()
+        if self.pending:
+            warnings.warn(f"{self.problem.get('family')}: {len(self.pending)} of this session's measurements could "
+                          f"not be written to the results store ({self.error}); the session's result stands and "
+                          "they are in its history, but a later process will not see them", stacklevel=3)
 
 
 def _storable(measurement: dict) -> dict:

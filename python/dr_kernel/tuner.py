@@ -778,7 +778,11 @@ class TunedKernel(TritonAutotuner):
                 raise LaunchError(f"{self.__name__} with config {config} raised {m.get('error')}")
             raise RuntimeError(f"tuning {self.__name__} for key {key}: none of the {len(history)} configs measured "
                                f"ran correctly ({session.statuses()}); check the kernel, its reference and the space")
-        store.put_winner(store_key, session.best_config, session.best_ms, len(history))
+        try:
+            store.put_winner(store_key, session.best_config, session.best_ms, len(history))
+        except OSError as error:  # The winner stands for this process; a later one tunes again.
+            self._note(f"{self.__name__}: the winner for key {key} could not be stored ({error}); later processes "
+                       "will tune this key again")
         self.tuning_s += time.perf_counter() - started
         return session.best_config
 
