@@ -1,5 +1,6 @@
 // The one binding file: plain data (dicts, lists, numbers) and callbacks cross; logic stays in C++
 // (cpp/) or in pure Python (python/dr_kernel/).
+#include <cstring>
 #include <fstream>
 
 #include <nanobind/nanobind.h>
@@ -126,20 +127,27 @@ NB_MODULE(_core, m) {
   nb::set_leak_warnings(false);
   m.doc() = "dr_kernel's C++ engine";
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    // Messages quote the user's input, which may be cut inside a UTF-8 sequence or not be UTF-8 at
+    // all: decoded with replacement, the message still reaches the user instead of a decode error.
+    auto set = [](PyObject* type, const char* what) {
+      PyObject* text = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "replace");
+      PyErr_SetObject(type, text);
+      Py_XDECREF(text);
+    };
     try {
       std::rethrow_exception(p);
     } catch (const SpaceError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set(PyExc_ValueError, e.what());
     } catch (const StrategyError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set(PyExc_ValueError, e.what());
     } catch (const TableError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set(PyExc_ValueError, e.what());
     } catch (const StoreError& e) {
-      PyErr_SetString(PyExc_OSError, e.what());
+      set(PyExc_OSError, e.what());
     } catch (const ModelError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set(PyExc_ValueError, e.what());
     } catch (const rl::ModelFormatError& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
+      set(PyExc_ValueError, e.what());
     }
   });
 

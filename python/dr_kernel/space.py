@@ -45,7 +45,16 @@ def make_space(
     for name, values in space.items():
         if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
             raise ValueError(f"space[{name!r}] = {values!r}: give a list of values, e.g. [32, 64, 128]")
-        params.append((str(name), list(values)))
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"space has a parameter named {name!r}: name each one after the kernel's constexpr "
+                             "argument or launch option it sets")
+        for value in values:
+            if not isinstance(value, (bool, int, float, str)):
+                raise ValueError(f"space[{name!r}] holds {value!r}, a {type(value).__name__}: values are numbers, "
+                                 "booleans or strings")
+            if isinstance(value, int) and not -2**63 <= value < 2**63:
+                raise ValueError(f"space[{name!r}] holds {value}, which is beyond 64-bit integers")
+        params.append((name, list(values)))
     result = _core.Space(params, list(constraints))
     if listed is not None:
         result.allow_only(listed)
