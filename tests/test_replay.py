@@ -2,6 +2,9 @@
 
 import json
 import math
+import os
+import shlex
+import shutil
 import subprocess
 import sys
 
@@ -167,11 +170,58 @@ def test_db_import_export_round_trip(tmp_path, table_paths):
     assert again.problem == original.problem
     assert json.dumps(again.rows()) == json.dumps(original.rows())
     assert all(math.isnan(m["occupancy"]) for _, m in again.rows())
-    assert run_cli("db", "stats", "--db", str(tmp_path / "missing" / "deeper" / "x.db")).returncode == 0
+    missing = tmp_path / "missing" / "deeper" / "x.db"
+    res = run_cli("db", "stats", "--db", str(missing))  # Reading creates nothing: a typo is said, not made.
+    assert res.returncode == 2 and f"{missing} does not exist" in res.stderr and not missing.parent.parent.exists()
     bad = tmp_path / "not.db"
     bad.write_text("hello\n" * 100)
     res = run_cli("db", "stats", "--db", str(bad))
     assert res.returncode == 2 and str(bad) in res.stderr and "Traceback" not in res.stderr
+
+
+def run_read_only(folder, *args):
+    """Runs the CLI with `folder` read-only: by permissions, or (root writes anyway) by a read-only bind
+    mount in a mount namespace of its own."""
+    if os.geteuid() != 0:
+        for f in folder.iterdir():
+            f.chmod(0o444)
+        folder.chmod(0o555)
+        try:
+            return run_cli(*args)
+        finally:
+            folder.chmod(0o755)
+    if not shutil.which("unshare"):
+        pytest.skip("running as root without unshare: no way to make a folder read-only")
+    script = f"mount --bind -o ro {shlex.quote(str(folder))} {shlex.quote(str(folder))} && exec \"$@\""
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", sys.executable, "-m", "dr_kernel.cli", *args],
+                         capture_output=True, text=True)
+    if "mount" in out.stderr and "dr-kernel" not in out.stderr:
+        pytest.skip(f"cannot make a read-only mount here: {out.stderr.strip()}")
+    return out
+
+
+def test_reading_commands_read_a_read_only_store_and_create_nothing(tmp_path, recorded_paths):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    db = folder / "r.db"
+    softmax = next(p for p in recorded_paths if p.name == "softmax.jsonl")
+    assert main(["db", "import", str(softmax), "--db", str(db)]) == 0
+    before = db.read_bytes()
+    out = run_read_only(folder, "report", "--db", str(db), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0]["family"] == "softmax"
+    out = run_read_only(folder, "db", "stats", "--db", str(db))
+    assert out.returncode == 0 and "1 problems" in out.stdout, out.stderr
+    assert db.read_bytes() == before
+    # A mistyped store is one line naming it, and neither it nor its folders are made.
+    typo = tmp_path / "typo" / "typo.db"
+    out = run_cli("report", "--db", str(typo))
+    assert out.returncode == 2 and f"{typo} does not exist" in out.stderr and "Traceback" not in out.stderr
+    assert not typo.parent.exists()
+    # A file where the store's folder should be: one sentence naming it, not a raw errno.
+    (tmp_path / "afile").write_text("x")
+    out = run_cli("db", "import", str(softmax), "--db", str(tmp_path / "afile" / "r.db"))
+    assert out.returncode == 2 and "afile is a file, not a folder" in out.stderr and "Errno" not in out.stderr
 
 
 def test_report_names_each_problems_best_config(tmp_path, recorded_paths):

@@ -187,7 +187,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     from . import _core
     from .store import open_store
 
-    store = open_store(args.db)
+    store = open_store(args.db, read_only=args.action != "import")  # stats and export only read.
     if args.action == "import":
         if not args.files:
             raise UsageError("db import needs the recorded tables to import, e.g. dr-kernel db import sweep.jsonl")
@@ -607,7 +607,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from .store import open_store
 
-    store = open_store(args.db)
+    store = open_store(args.db, read_only=True)
     out = []
     for problem in store.problems():
         if args.family and problem["family"] != args.family:
