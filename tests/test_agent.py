@@ -48,3 +48,12 @@ def test_train_writes_an_agent_that_loads(tmp_path, tables):
                                f"{str(tmp_path / 'cost_model.bin')!r})"],
         capture_output=True, text=True)
     assert bad.returncode != 0 and "policy.bin" in bad.stderr.splitlines()[-1]
+
+
+def test_train_refuses_counts_that_train_nothing_and_writes_no_files(tmp_path):
+    for flag, value in [("--ppo-steps", "0"), ("--bc-episodes", "-1"), ("--synthetic", "-1")]:
+        out = subprocess.run([sys.executable, "-m", "dr_kernel.cli", "train", flag, value, "--out", str(tmp_path)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and f"{flag} {value}: give a number" in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

@@ -156,6 +156,16 @@ def test_bad_input_gets_one_clear_line(tmp_path, table_paths):
     out = run_cli("replay", "--strategy", "anneal", "--option", "heat=1")
     assert out.returncode == 2 and "has no option 'heat'" in out.stderr
 
+    # Numbers the engine cannot hold or that make every run "never" are refused before any work.
+    for flag, value, message in [("--budget", "1000000000", "from 1 to 100,000"),
+                                 ("--budget", "99999999999999999999", "from 1 to 100,000"),
+                                 ("--repeats", "0", "from 1 to 1,000"), ("--seed", "-1", "from 0 to"),
+                                 ("--within", "0.9", "at least 1"), ("--within", "0", "at least 1"),
+                                 ("--within", "-1", "at least 1"), ("--within", "nan", "at least 1")]:
+        out = run_cli("replay", "--strategy", "random", flag, value)
+        assert out.returncode == 2 and f"{flag} {value}: give a number {message}" in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+
 
 def test_db_import_export_round_trip(tmp_path, table_paths):
     db = tmp_path / "r.db"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import signal
 import statistics
@@ -33,6 +34,25 @@ def _parse_options(pairs: Sequence[str]) -> dict[str, float]:
         if not sep or not name:
             raise UsageError(f"--option {pair!r}: write NAME=NUMBER, e.g. --option t0=0.2")
     return options
+
+
+def _check_range(args: argparse.Namespace, **bounds: tuple[float, float]) -> None:
+    """Raises one UsageError unless each named option (given, not None) lies in its (low, high) range;
+    NaN and infinities lie in none. The option is named as on the command line."""
+    for name, (low, high) in bounds.items():
+        value = getattr(args, name)
+        if value is not None and not low <= value <= high:
+            def shown(v: float) -> str:
+                return f"{v:g}" if isinstance(v, float) else f"{v:,}"
+
+            span = f"at least {shown(low)}" if high == MAX else f"from {shown(low)} to {shown(high)}"
+            raise UsageError(f"--{name.replace('_', '-')} {value if isinstance(value, int) else shown(value)}: "
+                             f"give a number {span}")
+
+
+MAX = sys.float_info.max  # The upper bound of _check_range for "any finite number".
+SEED = (0, 2**63 - 1)  # Seeds are unsigned 64-bit numbers in the engine; runs use seed, seed + 1, ...
+BUDGET = (1, 100_000)  # Evaluations: beyond any recorded space, and what replay's curves can hold.
 
 
 def _strategy_names(text: str) -> list[str]:
@@ -65,8 +85,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     agent_strategies = ("ppo",)  # Strategies that use the trained agent.
 
     paths = [str(p) for p in (args.data or bundled_tables())]
-    if args.budget < 1 or args.repeats < 1:
-        raise UsageError("--budget and --repeats must be at least 1")
+    _check_range(args, budget=BUDGET, repeats=(1, 1000), within=(1.0, MAX), seed=SEED)
     tables = _core.read_tables(paths)
     options = _parse_options(args.option)
     strategies = _strategy_names(args.strategy)
@@ -139,6 +158,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from . import MODEL_FILE, POLICY_FILE, _core
 
+    _check_range(args, ppo_steps=(1, 10**10), bc_episodes=(0, 10**7), synthetic=(0, 10**5), seed=SEED)
     paths = [str(p) for p in (args.data or bundled_tables())]
     out = args.out or POLICY_FILE.parent
     out.mkdir(parents=True, exist_ok=True)
@@ -261,6 +281,8 @@ def _parse_shape(kernel, text: str | None) -> dict:
     for pair in text.split(","):
         name, sep, value = pair.partition("=")
         name = name.strip()
+        if name in shape:
+            raise UsageError(f"--shape {text!r} gives {name} twice; give each key once")
         try:
             if not sep or not name:
                 raise ValueError(pair)
@@ -268,6 +290,8 @@ def _parse_shape(kernel, text: str | None) -> dict:
         except ValueError:
             raise UsageError(f"--shape {text!r}: write KEY=INTEGER pairs separated by commas, e.g. "
                              + ",".join(f"{k}={v}" for k, v in like.items())) from None
+        if not isinstance(shape[name], bool) and shape[name] < 1:
+            raise UsageError(f"--shape {name}={shape[name]}: sizes are whole numbers of at least 1")
     try:
         return kernel.check_shape(shape)
     except ValueError as e:
@@ -333,7 +357,23 @@ def _named_limits(name: str):
         raise UsageError(f"--device: {e}") from None
 
 
-def _warn_if_large(kernel, shape: dict, interpret: bool) -> None:
+def _memory_bytes(interpret: bool) -> int:
+    """The memory a measured problem's tensors live in: this machine's (interpreter) or the GPU's."""
+    if interpret:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory
+
+
+def _check_size(kernel, shape: dict, dtype: str, interpret: bool, measuring: bool = True) -> None:
+    """Refuses a problem to be measured whose tensors exceed the memory that would hold them, and
+    notes a large one for the interpreter."""
+    if measuring and kernel.bytes(shape, dtype) > _memory_bytes(interpret):
+        where = "this machine's memory" if interpret else "the GPU's memory"
+        raise UsageError(f"--shape {','.join(f'{k}={v}' for k, v in shape.items())}: its tensors take at least "
+                         f"{kernel.bytes(shape, dtype) / 1e9:,.0f} GB, more than {where} "
+                         f"({_memory_bytes(interpret) / 1e9:,.0f} GB); give a smaller --shape")
     # The interpreter runs a kernel as NumPy on the CPU, program by program: slow beyond toy sizes.
     if interpret and kernel.flops(shape) > 1e7:
         print(f"note: {kernel.name} {shape} has {kernel.flops(shape):.2g} FLOPs, a lot for Triton's interpreter; "
@@ -364,7 +404,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"note: the visible GPU is not a {limits.name}: static analysis only", file=sys.stderr)
     # The device as this process names it; measuring workers name GPUs by their visible ids.
     device = "cpu" if args.interpret else "cuda:0" if gpu else None
-    _warn_if_large(kernel, shape, args.interpret)
+    _check_size(kernel, shape, dtype, args.interpret, measuring=device is not None)
     with CompilePool(workers=1, timeout_s=args.timeout) as pool:
         report = pool.map([CompileRequest(kernel.name, config, shape, dtype, limits)])[0]
     flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
@@ -446,12 +486,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("--strategy takes one strategy name")
     options = _parse_options(args.option)
     space = _parse_space(kernel, args.space)
-    if args.budget < 1 or not args.seconds > 0:
-        raise UsageError("--budget must be at least 1 and --seconds positive")
+    _check_range(args, budget=BUDGET, reps=(1, 10**6), seed=SEED, confirm=(0, 10**6), confirm_within=(0.0, MAX),
+                 workers=(1, 4096))
+    if not args.seconds > 0:
+        raise UsageError(f"--seconds {args.seconds}: give a positive number of seconds (default: no limit)")
     gpu = _gpu_available()
     if not gpu and not args.interpret:
         raise UsageError(NO_GPU)
-    _warn_if_large(kernel, shape, args.interpret)
+    _check_size(kernel, shape, dtype, args.interpret)
     interpret = args.interpret
     if space is None:
         from .space import make_space
@@ -471,10 +513,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         progress.show(f"tune {kernel.name} [{'#' * filled}{'.' * (20 - filled)}] {count[0]}/{total}  "
                       f"{best_text}  last {m['status']}  {time.perf_counter() - started:.0f} s")
 
-    if args.confirm < 0:
-        raise UsageError("--confirm takes how many of the best configs to time again at the end (0: none)")
-    if not args.confirm_within >= 0:
-        raise UsageError("--confirm-within takes a fraction of the best time, e.g. 0.1 for 10 %")
     settings = MeasureSettings(reps=args.reps, confirm=args.confirm, confirm_within=args.confirm_within)
     try:
         result = tune_builtin(kernel, shape, dtype, strategy=strategy[0], max_evals=args.budget,
@@ -556,11 +594,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     shape = _parse_shape(kernel, args.shape)
     dtype = dtype_name(args.precision)
     space = _parse_space(kernel, args.space)
-    if args.limit is not None and args.limit < 1:
-        raise UsageError("--limit must be at least 1")
+    _check_range(args, limit=(1, MAX), reps=(1, 10**6), workers=(1, 4096))
     if not _gpu_available() and not args.interpret:
         raise UsageError(NO_GPU)
-    _warn_if_large(kernel, shape, args.interpret)
+    _check_size(kernel, shape, dtype, args.interpret)
     configs = None
     if space is not None:
         configs = [c for c in space.configs(space.product_size)]
