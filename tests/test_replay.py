@@ -167,6 +167,37 @@ def test_bad_input_gets_one_clear_line(tmp_path, table_paths):
         assert len(out.stderr.strip().splitlines()) == 1
 
 
+def test_replay_refuses_files_that_hold_no_tables(tmp_path, table_paths):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for data, message in [(empty, "is empty"), (tmp_path, "is a folder"), ("/dev/null", "is not a regular file"),
+                          (tmp_path / "typo.jsonl", "does not exist")]:
+        for extra in ([], ["--plot", str(tmp_path / "p.png")]):
+            out = run_cli("replay", "--data", str(data), "--strategy", "random", *extra)
+            assert out.returncode == 2 and f"--data {data} {message}" in out.stderr, out.stderr
+            assert len(out.stderr.strip().splitlines()) == 1 and out.stdout == ""
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_replay_leaves_out_problems_where_nothing_ran(tmp_path, table_paths):
+    # A problem without one 'ok' row has no best: replayed, every run "reached" it at once.
+    softmax = next(p for p in table_paths if p.name == "softmax.jsonl")
+    first = json.loads(softmax.read_text().splitlines()[0])["shape"]
+    dead = tmp_path / "dead.jsonl"
+    dead.write_text("".join(
+        line.replace('"status":"ok"', '"status":"crashed"').replace(json.dumps(first, separators=(",", ":")),
+                                                                    '{"rows":7,"cols":7}') + "\n"
+        for line in softmax.read_text().splitlines() if json.loads(line)["shape"] == first))
+    assert _core.read_tables([str(dead)])[0].problem["shape"] == {"rows": 7, "cols": 7}
+    out = run_cli("replay", "--data", str(softmax), str(dead), "--strategy", "random", "--repeats", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "left out 1 problems where no config ran correctly: softmax rows=7 cols=7" in out.stderr
+    shapes = [p["shape"] for p in json.loads(out.stdout)["problems"]]
+    assert {"rows": 7, "cols": 7} not in shapes and first in shapes
+    out = run_cli("replay", "--data", str(dead), "--strategy", "random")
+    assert out.returncode == 2 and "no problem in --data has a config that ran correctly" in out.stderr
+
+
 def test_db_import_export_round_trip(tmp_path, table_paths):
     db = tmp_path / "r.db"
     softmax = next(p for p in table_paths if p.name == "softmax.jsonl")

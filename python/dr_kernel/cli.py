@@ -53,6 +53,31 @@ def _check_range(args: argparse.Namespace, **bounds: tuple[float, float]) -> Non
 MAX = sys.float_info.max  # The upper bound of _check_range for "any finite number".
 SEED = (0, 2**63 - 1)  # Seeds are unsigned 64-bit numbers in the engine; runs use seed, seed + 1, ...
 BUDGET = (1, 100_000)  # Evaluations: beyond any recorded space, and what replay's curves can hold.
+MIN_TRAINING_ROWS = 200  # Fewer measured rows than this train a cost model and an agent on nothing.
+
+
+def _read_tables(data: list[Path] | None) -> tuple[list[str], list]:
+    """The paths and tables of --data (default: the bundled tables); a folder, a missing, empty or
+    special file, or files without one recorded row are refused, each in one sentence."""
+    from . import _core
+
+    paths = data or bundled_tables()
+    for p in paths:
+        if p.is_dir():
+            raise UsageError(f"--data {p} is a folder; give the tables in it, e.g. --data {p / '*.jsonl'}")
+        problem = ("does not exist" if not p.exists() else "is not a regular file" if not p.is_file()
+                   else "is empty" if p.stat().st_size == 0 else "")
+        if problem:
+            raise UsageError(f"--data {p} {problem}; give recorded tables (JSON lines, as dr-kernel sweep writes)")
+    tables = _core.read_tables([str(p) for p in paths])
+    if not tables:
+        raise UsageError(f"--data {' '.join(map(str, paths))} holds no recorded rows; give tables as dr-kernel "
+                         "sweep writes them")
+    return [str(p) for p in paths], tables
+
+
+def _label(problem: dict) -> str:
+    return " ".join([problem["family"], *(f"{k}={v}" for k, v in problem["shape"].items()), problem["dtype"]]).strip()
 
 
 def _strategy_names(text: str) -> list[str]:
@@ -84,9 +109,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         trained_on = {problem_key(p) for p in json.loads(trained_on_file.read_text())["problems"]}
     agent_strategies = ("ppo",)  # Strategies that use the trained agent.
 
-    paths = [str(p) for p in (args.data or bundled_tables())]
     _check_range(args, budget=BUDGET, repeats=(1, 1000), within=(1.0, MAX), seed=SEED)
-    tables = _core.read_tables(paths)
+    _, tables = _read_tables(args.data)
+    # A problem where nothing ran has no best to come near: replaying it would report success at once.
+    unmeasured = [_label(t.problem) for t in tables if not math.isfinite(t.oracle_ms)]
+    if unmeasured:
+        tables = [t for t in tables if math.isfinite(t.oracle_ms)]
+        if not tables:
+            raise UsageError("no problem in --data has a config that ran correctly (an 'ok' row): nothing to replay")
+        print(f"note: left out {len(unmeasured)} problems where no config ran correctly: {'; '.join(unmeasured)}",
+              file=sys.stderr)
     options = _parse_options(args.option)
     strategies = _strategy_names(args.strategy)
     if options and len(strategies) > 1:
@@ -121,7 +153,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 print(f"\n{name}: shown only on problems the shipped agent was not trained on; {held_back[name]} of "
                       f"{len(tables)} are in its training data and left out (in-sample rows are no result). "
                       "Leave-one-family-out figures: benchmarks/agent.md")
-    if args.plot:
+    if args.plot and not reports:
+        print("note: no strategy was replayed on any problem, so no plot was written", file=sys.stderr)
+    elif args.plot:
         plot_replay({name: r.curves for name, r in reports.items()}, args.plot, args.within)
         if not args.json:
             print(f"\nplot: {args.plot}")
@@ -159,10 +193,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     from . import MODEL_FILE, POLICY_FILE, _core
 
     _check_range(args, ppo_steps=(1, 10**10), bc_episodes=(0, 10**7), synthetic=(0, 10**5), seed=SEED)
-    paths = [str(p) for p in (args.data or bundled_tables())]
-    out = args.out or POLICY_FILE.parent
+    paths, tables = _read_tables(args.data)
+    measured = sum(m["status"] == "ok" for t in tables for _, m in t.rows())
+    if measured < MIN_TRAINING_ROWS:
+        raise UsageError(f"--data holds {measured} rows of configs that ran correctly; the cost model and the agent "
+                         f"need at least {MIN_TRAINING_ROWS}: sweep more configs or problems")
+    out = args.out
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder for policy.bin, cost_model.bin and trained_on.json")
     out.mkdir(parents=True, exist_ok=True)
-    tables = _core.read_tables(paths)
     print(f"training the cost model and the agent on {len(tables)} problems from {len(paths)} files", file=sys.stderr)
     start = time.perf_counter()
 
@@ -698,7 +737,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--synthetic", type=int, default=24,
                    help="synthetic problems between the recorded ones (default 24)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, help="folder for policy.bin and cost_model.bin; default: the package's own")
+    p.add_argument("--out", type=Path, required=True,
+                   help="folder for policy.bin, cost_model.bin and trained_on.json (the shipped agent is "
+                        "python/dr_kernel/data/agent: name it to replace it)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
 
