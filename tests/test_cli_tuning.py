@@ -60,7 +60,9 @@ def test_evaluate_without_a_gpu_gives_the_static_analysis_and_says_so(capsys):
      "has unknown W"),
     (["evaluate", "--kernel", "softmax", "--config", '{"BLOCK": 256, "num_warps": 4}'], "lacks num_stages"),
     (["evaluate", "--kernel", "softmax", "--config", '{"BLOCK": "x", "num_warps": 4, "num_stages": 1}'],
-     "must be whole numbers"),
+     'BLOCK = "x" is not a whole number of at least 1'),
+    (["evaluate", "--kernel", "softmax", "--config", '{"BLOCK": 0, "num_warps": 4, "num_stages": 1}'],
+     "BLOCK = 0 is not a whole number of at least 1"),
     (["evaluate", "--kernel", "softmax", "--shape", "rows=4", "--config", "{}"], "lacks cols"),
     (["evaluate", "--kernel", "softmax", "--shape", "rows=four,cols=2", "--config", "{}"], "KEY=INTEGER"),
     (["tune", "--kernel", "softmax"], "measuring needs a GPU"),
@@ -68,6 +70,10 @@ def test_evaluate_without_a_gpu_gives_the_static_analysis_and_says_so(capsys):
     (["tune", "--kernel", "softmax", "--space", '{"BLOCK": [1], "num_warps": [1]}', "--interpret"],
      "lacks num_stages"),
     (["sweep", "--kernel", "softmax", "--out", "x.jsonl"], "measuring needs a GPU"),
+    # Every value of every --space list is checked, not only the first.
+    *[(["tune", "--kernel", "softmax", "--interpret", "--space",
+        json.dumps({"BLOCK": [128, bad], "num_warps": [4], "num_stages": [1]})],
+       f"--space: BLOCK = {json.dumps(bad)} is not a whole number of at least 1") for bad in ("x", -16, 0, 2.5)],
     # Sizes: positive, each key once, and (to measure) tensors that fit in memory.
     (["evaluate", "--kernel", "softmax", "--shape", "rows=-5,cols=128", "--config", SOFTMAX],
      "--shape rows=-5: sizes are whole numbers of at least 1"),

@@ -353,10 +353,17 @@ def _parse_config(kernel, text: str) -> dict:
         config = kernel.check_config(config)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    bad = [k for k, v in config.items() if isinstance(v, bool) or not isinstance(v, int)]
-    if bad:
-        raise UsageError(f"--config: {', '.join(bad)} must be whole numbers, e.g. --config '{example}'")
+    _check_values("--config", {k: [v] for k, v in config.items()}, f"--config '{example}'")
     return config
+
+
+def _check_values(flag: str, values: dict[str, list], example: str) -> None:
+    """Block sizes, warps and stages are whole numbers of at least 1: one UsageError naming the first other."""
+    for name, listed in values.items():
+        bad = [v for v in listed if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+        if bad:
+            raise UsageError(f"{flag}: {name} = {json.dumps(bad[0])} is not a whole number of at least 1; "
+                             f"write e.g. {example}")
 
 
 def _parse_space(kernel, text: str | None):
@@ -365,9 +372,11 @@ def _parse_space(kernel, text: str | None):
 
     if text is None:
         return None
-    space = _parse_json(text, "--space", json.dumps({k: v[:2] for k, v in kernel.space.items()}))
+    example = json.dumps({k: v[:2] for k, v in kernel.space.items()})
+    space = _parse_json(text, "--space", example)
     if not isinstance(space, dict) or not all(isinstance(v, list) and v for v in space.values()):
         raise UsageError("--space must be a JSON object mapping each parameter to a list of values")
+    _check_values("--space", space, f"--space '{example}'")
     try:
         kernel.check_config({k: v[0] for k, v in space.items()})
         return make_space(space, constraints=kernel.constraints)
