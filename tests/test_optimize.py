@@ -74,3 +74,25 @@ def test_static_checks_describe_the_arguments_or_step_aside_with_one_warning():
         for _ in range(2):  # A tuple cannot be described to the compiler: no checks, one warning.
             assert scale_kernel._static_stage({"x_ptr": x, "y_ptr": x, "n": (1, 2)}) is None
     assert len(caught) == 1 and "every config is measured" in str(caught[0].message)
+
+
+def test_bad_tuning_arguments_are_refused_at_decoration():
+    import math
+    import re
+
+    import pytest
+    from dr_kernel import optimize
+    from optimize_kernels import SPACE, scale_kernel
+
+    jit = scale_kernel.fn
+    for kwargs, message in [({"max_evals": 0}, "max_evals=0: give how many configs"),
+                            ({"max_evals": -3}, "max_evals=-3: give"), ({"max_evals": 2.5}, "max_evals=2.5: give"),
+                            ({"max_seconds": 0}, "max_seconds=0: give a positive number"),
+                            ({"max_seconds": -1.0}, "max_seconds=-1.0: give"),
+                            ({"max_seconds": math.nan}, "max_seconds=nan: give"),
+                            ({"strategy": "simplex"}, "unknown strategy='simplex'; the available strategies are: "),
+                            ({"seed": -1}, "seed=-1: give a whole number"),
+                            ({"space": {}}, "space={} has no parameters")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            optimize(key=["n"], **{"space": SPACE, **kwargs})(jit)
+    assert optimize(key=["n"], space=SPACE, max_evals=1, max_seconds=0.5, strategy="anneal")(jit).max_evals == 1
