@@ -191,7 +191,7 @@ def test_replay_leaves_out_problems_where_nothing_ran(tmp_path, table_paths):
     assert _core.read_tables([str(dead)])[0].problem["shape"] == {"rows": 7, "cols": 7}
     out = run_cli("replay", "--data", str(softmax), str(dead), "--strategy", "random", "--repeats", "2", "--json")
     assert out.returncode == 0, out.stderr
-    assert "left out 1 problems where no config ran correctly: softmax rows=7 cols=7" in out.stderr
+    assert "left out 1 problem(s) where no config ran correctly: softmax rows=7 cols=7" in out.stderr
     shapes = [p["shape"] for p in json.loads(out.stdout)["problems"]]
     assert {"rows": 7, "cols": 7} not in shapes and first in shapes
     out = run_cli("replay", "--data", str(dead), "--strategy", "random")

@@ -42,12 +42,13 @@ def _check_range(args: argparse.Namespace, **bounds: tuple[float, float]) -> Non
     for name, (low, high) in bounds.items():
         value = getattr(args, name)
         if value is not None and not low <= value <= high:
-            def shown(v: float) -> str:
-                return f"{v:g}" if isinstance(v, float) else f"{v:,}"
-
-            span = f"at least {shown(low)}" if high == MAX else f"from {shown(low)} to {shown(high)}"
-            raise UsageError(f"--{name.replace('_', '-')} {value if isinstance(value, int) else shown(value)}: "
+            span = f"at least {_shown(low)}" if high == MAX else f"from {_shown(low)} to {_shown(high)}"
+            raise UsageError(f"--{name.replace('_', '-')} {value if isinstance(value, int) else _shown(value)}: "
                              f"give a number {span}")
+
+
+def _shown(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else f"{value:,}"
 
 
 MAX = sys.float_info.max  # The upper bound of _check_range for "any finite number".
@@ -117,7 +118,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         tables = [t for t in tables if math.isfinite(t.oracle_ms)]
         if not tables:
             raise UsageError("no problem in --data has a config that ran correctly (an 'ok' row): nothing to replay")
-        print(f"note: left out {len(unmeasured)} problems where no config ran correctly: {'; '.join(unmeasured)}",
+        print(f"note: left out {len(unmeasured)} problem(s) where no config ran correctly: {'; '.join(unmeasured)}",
               file=sys.stderr)
     options = _parse_options(args.option)
     strategies = _strategy_names(args.strategy)
