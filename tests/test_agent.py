@@ -48,3 +48,30 @@ def test_train_writes_an_agent_that_loads(tmp_path, tables):
                                f"{str(tmp_path / 'cost_model.bin')!r})"],
         capture_output=True, text=True)
     assert bad.returncode != 0 and "policy.bin" in bad.stderr.splitlines()[-1]
+
+
+def test_train_refuses_counts_that_train_nothing_and_writes_no_files(tmp_path):
+    for flag, value in [("--ppo-steps", "0"), ("--bc-episodes", "-1"), ("--synthetic", "-1")]:
+        out = subprocess.run([sys.executable, "-m", "dr_kernel.cli", "train", flag, value, "--out", str(tmp_path)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and f"{flag} {value}: give a number" in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_needs_an_out_folder_and_enough_measured_rows(tmp_path, table_paths):
+    def train(*args):
+        return subprocess.run([sys.executable, "-m", "dr_kernel.cli", "train", "--ppo-steps", "64", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    # No default folder: the package's own agent is replaced only when named.
+    before = POLICY_FILE.stat().st_mtime_ns
+    out = train()
+    assert out.returncode == 2 and "--out" in out.stderr and POLICY_FILE.stat().st_mtime_ns == before
+    few = tmp_path / "few.jsonl"
+    few.write_text("\n".join(table_paths[0].read_text().splitlines()[:6]) + "\n")
+    out = train("--data", str(few), "--out", str(tmp_path / "agent"))
+    assert out.returncode == 2 and "rows of configs that ran correctly" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "agent").exists()
+    out = train("--out", str(few))
+    assert out.returncode == 2 and f"--out {few} is a file" in out.stderr

@@ -132,6 +132,29 @@ def test_a_config_that_does_not_compile_is_reported_not_raised():
     assert report.n_regs is None and report.binary_hash is None
 
 
+def test_a_compile_error_keeps_its_cause_however_long_the_source_before_it():
+    # matmul's source up to tl.arange(0, BLOCK_K) is longer than the summary: the cause comes last.
+    config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 48, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    report = analyse(BUILTINS["matmul"], {"M": 256, "N": 256, "K": 256}, "fp16", config)
+    assert not report.valid and len(report.reason) < 300
+    assert report.reason.startswith("did not compile: CompilationError: at ")
+    assert "tl.arange(0, BLOCK_K)" in report.reason and report.reason.endswith("arange's range must be a power of 2")
+
+
+def test_a_ptxas_error_keeps_the_line_that_names_it():
+    from dr_kernel.analysis import _error_summary
+    from triton.runtime.errors import PTXASError
+
+    # As Triton raises it: the log of ptxas between its first line and the command that reruns it.
+    log = "".join(f"ptxas info : line {i}: used {i} registers\n" for i in range(60))
+    log += "ptxas /tmp/k.ptx, line 512; error   : Entry function 'k' uses too much shared data (0x40000 bytes)\n"
+    error = PTXASError(f"Internal Triton PTX codegen error\n`ptxas` stderr:\n{log}\n"
+                       f"Repro command: ptxas -lineinfo -v --gpu-name sm_90a /tmp/k.ptx {'-o /tmp/k.o ' * 40}\n")
+    summary = _error_summary(error)
+    assert len(summary) <= 700 and "Internal Triton PTX codegen error" in summary
+    assert "error : Entry function 'k' uses too much shared data (0x40000 bytes)" in summary
+
+
 def test_malformed_requests_raise_a_sentence_naming_the_input():
     with pytest.raises(ValueError, match="lacks GROUP_M"):
         analyse(BUILTINS["matmul"], MM_1K, "fp16", {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32,

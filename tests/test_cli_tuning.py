@@ -14,6 +14,7 @@ MATMUL_OK = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_w
 MATMUL_TOO_BIG = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 5}
 TINY_SOFTMAX = ["--kernel", "softmax", "--shape", "rows=3,cols=200", "--precision", "fp32", "--interpret",
                 "--workers", "1", "--reps", "2"]
+SOFTMAX = json.dumps({"BLOCK": 256, "num_warps": 4, "num_stages": 1})
 TINY_SPACE = json.dumps({"BLOCK": [64, 256], "num_warps": [1, 4], "num_stages": [1, 2]})
 
 
@@ -59,7 +60,9 @@ def test_evaluate_without_a_gpu_gives_the_static_analysis_and_says_so(capsys):
      "has unknown W"),
     (["evaluate", "--kernel", "softmax", "--config", '{"BLOCK": 256, "num_warps": 4}'], "lacks num_stages"),
     (["evaluate", "--kernel", "softmax", "--config", '{"BLOCK": "x", "num_warps": 4, "num_stages": 1}'],
-     "must be whole numbers"),
+     'BLOCK = "x" is not a whole number of at least 1'),
+    (["evaluate", "--kernel", "softmax", "--config", '{"BLOCK": 0, "num_warps": 4, "num_stages": 1}'],
+     "BLOCK = 0 is not a whole number of at least 1"),
     (["evaluate", "--kernel", "softmax", "--shape", "rows=4", "--config", "{}"], "lacks cols"),
     (["evaluate", "--kernel", "softmax", "--shape", "rows=four,cols=2", "--config", "{}"], "KEY=INTEGER"),
     (["tune", "--kernel", "softmax"], "measuring needs a GPU"),
@@ -67,6 +70,25 @@ def test_evaluate_without_a_gpu_gives_the_static_analysis_and_says_so(capsys):
     (["tune", "--kernel", "softmax", "--space", '{"BLOCK": [1], "num_warps": [1]}', "--interpret"],
      "lacks num_stages"),
     (["sweep", "--kernel", "softmax", "--out", "x.jsonl"], "measuring needs a GPU"),
+    # Every value of every --space list is checked, not only the first.
+    *[(["tune", "--kernel", "softmax", "--interpret", "--space",
+        json.dumps({"BLOCK": [128, bad], "num_warps": [4], "num_stages": [1]})],
+       f"--space: BLOCK = {json.dumps(bad)} is not a whole number of at least 1") for bad in ("x", -16, 0, 2.5)],
+    # Sizes: positive, each key once, and (to measure) tensors that fit in memory.
+    (["evaluate", "--kernel", "softmax", "--shape", "rows=-5,cols=128", "--config", SOFTMAX],
+     "--shape rows=-5: sizes are whole numbers of at least 1"),
+    (["tune", "--kernel", "softmax", "--shape", "rows=0,cols=128", "--interpret"], "--shape rows=0: sizes are"),
+    (["evaluate", "--kernel", "softmax", "--shape", "rows=3,cols=128,rows=5", "--config", SOFTMAX],
+     "gives rows twice"),
+    (["evaluate", "--kernel", "softmax", "--shape", "rows=1000000,cols=1000000000", "--interpret", "--config",
+      SOFTMAX], "more than this machine's memory"),
+    # Counts: a timed launch at least, and numbers the engine can hold.
+    (["tune", "--kernel", "softmax", "--reps", "0", "--interpret"], "--reps 0: give a number from 1 to"),
+    (["tune", "--kernel", "softmax", "--reps", "-1", "--interpret"], "--reps -1: give a number from 1 to"),
+    (["tune", "--kernel", "softmax", "--budget", "99999999999999999999", "--interpret"],
+     "--budget 99999999999999999999: give a number from 1 to 100,000"),
+    (["tune", "--kernel", "softmax", "--seed", "-1", "--interpret"], "--seed -1: give a number from 0"),
+    (["sweep", "--kernel", "softmax", "--out", "x.jsonl", "--reps", "0", "--interpret"], "--reps 0: give"),
 ])
 def test_mistakes_get_one_line_and_exit_status_2(capsys, args, message):
     code, _, err = run(capsys, *args)

@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -84,3 +85,12 @@ def test_builtin_softmax_in_the_interpreter_is_validated_against_torch():
         results = pool.measure(configs)
     for m, seconds in results:
         assert m["status"] == "ok" and m["relerr"] < 1e-5 and seconds > 0
+
+
+def test_settings_without_a_timed_launch_are_refused_when_made():
+    # reps=0 used to reach the worker, which stored every config as crashed (an IndexError).
+    for reps in (0, -1, 2.5):
+        message = f"MeasureSettings(reps={reps!r}): give at least 1 timed launch"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            MeasureSettings(reps=reps)
+    assert MeasureSettings(reps=1).reps == 1

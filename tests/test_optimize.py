@@ -168,3 +168,25 @@ def _run_in(tmp_path, variants, isolate):
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_bad_tuning_arguments_are_refused_at_decoration():
+    import math
+    import re
+
+    import pytest
+    from dr_kernel import optimize
+    from optimize_kernels import SPACE, scale_kernel
+
+    jit = scale_kernel.fn
+    for kwargs, message in [({"max_evals": 0}, "max_evals=0: give how many configs"),
+                            ({"max_evals": -3}, "max_evals=-3: give"), ({"max_evals": 2.5}, "max_evals=2.5: give"),
+                            ({"max_seconds": 0}, "max_seconds=0: give a positive number"),
+                            ({"max_seconds": -1.0}, "max_seconds=-1.0: give"),
+                            ({"max_seconds": math.nan}, "max_seconds=nan: give"),
+                            ({"strategy": "simplex"}, "unknown strategy='simplex'; the available strategies are: "),
+                            ({"seed": -1}, "seed=-1: give a whole number"),
+                            ({"space": {}}, "space={} has no parameters")]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            optimize(key=["n"], **{"space": SPACE, **kwargs})(jit)
+    assert optimize(key=["n"], space=SPACE, max_evals=1, max_seconds=0.5, strategy="anneal")(jit).max_evals == 1

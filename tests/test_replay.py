@@ -2,6 +2,9 @@
 
 import json
 import math
+import os
+import shlex
+import shutil
 import subprocess
 import sys
 
@@ -153,6 +156,47 @@ def test_bad_input_gets_one_clear_line(tmp_path, table_paths):
     out = run_cli("replay", "--strategy", "anneal", "--option", "heat=1")
     assert out.returncode == 2 and "has no option 'heat'" in out.stderr
 
+    # Numbers the engine cannot hold or that make every run "never" are refused before any work.
+    for flag, value, message in [("--budget", "1000000000", "from 1 to 100,000"),
+                                 ("--budget", "99999999999999999999", "from 1 to 100,000"),
+                                 ("--repeats", "0", "from 1 to 1,000"), ("--seed", "-1", "from 0 to"),
+                                 ("--within", "0.9", "at least 1"), ("--within", "0", "at least 1"),
+                                 ("--within", "-1", "at least 1"), ("--within", "nan", "at least 1")]:
+        out = run_cli("replay", "--strategy", "random", flag, value)
+        assert out.returncode == 2 and f"{flag} {value}: give a number {message}" in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_replay_refuses_files_that_hold_no_tables(tmp_path, table_paths):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for data, message in [(empty, "is empty"), (tmp_path, "is a folder"), ("/dev/null", "is not a regular file"),
+                          (tmp_path / "typo.jsonl", "does not exist")]:
+        for extra in ([], ["--plot", str(tmp_path / "p.png")]):
+            out = run_cli("replay", "--data", str(data), "--strategy", "random", *extra)
+            assert out.returncode == 2 and f"--data {data} {message}" in out.stderr, out.stderr
+            assert len(out.stderr.strip().splitlines()) == 1 and out.stdout == ""
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_replay_leaves_out_problems_where_nothing_ran(tmp_path, table_paths):
+    # A problem without one 'ok' row has no best: replayed, every run "reached" it at once.
+    softmax = next(p for p in table_paths if p.name == "softmax.jsonl")
+    first = json.loads(softmax.read_text().splitlines()[0])["shape"]
+    dead = tmp_path / "dead.jsonl"
+    dead.write_text("".join(
+        line.replace('"status":"ok"', '"status":"crashed"').replace(json.dumps(first, separators=(",", ":")),
+                                                                    '{"rows":7,"cols":7}') + "\n"
+        for line in softmax.read_text().splitlines() if json.loads(line)["shape"] == first))
+    assert _core.read_tables([str(dead)])[0].problem["shape"] == {"rows": 7, "cols": 7}
+    out = run_cli("replay", "--data", str(softmax), str(dead), "--strategy", "random", "--repeats", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "left out 1 problem(s) where no config ran correctly: softmax rows=7 cols=7" in out.stderr
+    shapes = [p["shape"] for p in json.loads(out.stdout)["problems"]]
+    assert {"rows": 7, "cols": 7} not in shapes and first in shapes
+    out = run_cli("replay", "--data", str(dead), "--strategy", "random")
+    assert out.returncode == 2 and "no problem in --data has a config that ran correctly" in out.stderr
+
 
 def test_db_import_export_round_trip(tmp_path, table_paths):
     db = tmp_path / "r.db"
@@ -167,11 +211,58 @@ def test_db_import_export_round_trip(tmp_path, table_paths):
     assert again.problem == original.problem
     assert json.dumps(again.rows()) == json.dumps(original.rows())
     assert all(math.isnan(m["occupancy"]) for _, m in again.rows())
-    assert run_cli("db", "stats", "--db", str(tmp_path / "missing" / "deeper" / "x.db")).returncode == 0
+    missing = tmp_path / "missing" / "deeper" / "x.db"
+    res = run_cli("db", "stats", "--db", str(missing))  # Reading creates nothing: a typo is said, not made.
+    assert res.returncode == 2 and f"{missing} does not exist" in res.stderr and not missing.parent.parent.exists()
     bad = tmp_path / "not.db"
     bad.write_text("hello\n" * 100)
     res = run_cli("db", "stats", "--db", str(bad))
     assert res.returncode == 2 and str(bad) in res.stderr and "Traceback" not in res.stderr
+
+
+def run_read_only(folder, *args):
+    """Runs the CLI with `folder` read-only: by permissions, or (root writes anyway) by a read-only bind
+    mount in a mount namespace of its own."""
+    if os.geteuid() != 0:
+        for f in folder.iterdir():
+            f.chmod(0o444)
+        folder.chmod(0o555)
+        try:
+            return run_cli(*args)
+        finally:
+            folder.chmod(0o755)
+    if not shutil.which("unshare"):
+        pytest.skip("running as root without unshare: no way to make a folder read-only")
+    script = f"mount --bind -o ro {shlex.quote(str(folder))} {shlex.quote(str(folder))} && exec \"$@\""
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", sys.executable, "-m", "dr_kernel.cli", *args],
+                         capture_output=True, text=True)
+    if "mount" in out.stderr and "dr-kernel" not in out.stderr:
+        pytest.skip(f"cannot make a read-only mount here: {out.stderr.strip()}")
+    return out
+
+
+def test_reading_commands_read_a_read_only_store_and_create_nothing(tmp_path, recorded_paths):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    db = folder / "r.db"
+    softmax = next(p for p in recorded_paths if p.name == "softmax.jsonl")
+    assert main(["db", "import", str(softmax), "--db", str(db)]) == 0
+    before = db.read_bytes()
+    out = run_read_only(folder, "report", "--db", str(db), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0]["family"] == "softmax"
+    out = run_read_only(folder, "db", "stats", "--db", str(db))
+    assert out.returncode == 0 and "1 problems" in out.stdout, out.stderr
+    assert db.read_bytes() == before
+    # A mistyped store is one line naming it, and neither it nor its folders are made.
+    typo = tmp_path / "typo" / "typo.db"
+    out = run_cli("report", "--db", str(typo))
+    assert out.returncode == 2 and f"{typo} does not exist" in out.stderr and "Traceback" not in out.stderr
+    assert not typo.parent.exists()
+    # A file where the store's folder should be: one sentence naming it, not a raw errno.
+    (tmp_path / "afile").write_text("x")
+    out = run_cli("db", "import", str(softmax), "--db", str(tmp_path / "afile" / "r.db"))
+    assert out.returncode == 2 and "afile is a file, not a folder" in out.stderr and "Errno" not in out.stderr
 
 
 def test_report_names_each_problems_best_config(tmp_path, recorded_paths):

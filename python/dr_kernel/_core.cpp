@@ -231,7 +231,7 @@ NB_MODULE(_core, m) {
 
   // The results store: every measurement, and the winners the decorator reuses.
   nb::class_<Store>(m, "Store")
-      .def(nb::init<const std::string&>(), nb::arg("path"))
+      .def(nb::init<const std::string&, bool>(), nb::arg("path"), nb::arg("read_only") = false)
       .def_prop_ro("path", &Store::path)
       .def("add", [](Store& s, const nb::dict& problem, const nb::dict& config, const nb::dict& measurement,
                      const std::string& source) {

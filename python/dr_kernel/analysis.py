@@ -388,11 +388,26 @@ def prebuild_launcher(compiled: Any) -> None:
 
 
 def _error_summary(error: BaseException, limit: int = 600) -> str:
-    # Compiler errors carry the whole kernel source and ptxas errors the whole PTX; the first
-    # lines that name the failure are what a user needs, the rest only buries them.
-    text = " ".join(str(error).split())
-    if len(text) > limit:
-        text = text[:limit] + " …"
+    # Compiler errors carry the kernel's source up to the failing line and ptxas errors the whole log
+    # and the command that reruns it; the lines that name the failure are what a user needs, and the
+    # cause comes last: never cut it off.
+    lines = [" ".join(line.split()) for line in str(error).splitlines()]
+    lines = [line for line in lines if line]
+    carets = [i for i, line in enumerate(lines) if line == "^"]
+    if carets and carets[-1] > 0:
+        # Triton's CompilationError: "at LINE:COL:", the source down to the failing line, a caret
+        # under it, then the cause. Keep the place, the failing line and the cause.
+        c = carets[-1]
+        lines = [f"{lines[0]} {lines[c - 1]}:" if lines[0].startswith("at ") and c > 1 else f"{lines[c - 1]}:",
+                 *lines[c + 1:]]
+    elif len(" ".join(lines)) > limit:
+        # ptxas and other tools: the first line says what failed, the error lines say why.
+        errors = [line for line in lines[1:] if re.search(r"\b(error|fatal)\b", line, re.IGNORECASE)]
+        lines = lines[:1] + errors if errors else lines
+    text = " ".join(lines)
+    if len(text) > limit:  # Keep the start (what failed) and the end (the cause).
+        head = limit // 3
+        text = text[:head] + " … " + text[-(limit - head):]
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 

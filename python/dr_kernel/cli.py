@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import signal
 import statistics
@@ -33,6 +34,51 @@ def _parse_options(pairs: Sequence[str]) -> dict[str, float]:
         if not sep or not name:
             raise UsageError(f"--option {pair!r}: write NAME=NUMBER, e.g. --option t0=0.2")
     return options
+
+
+def _check_range(args: argparse.Namespace, **bounds: tuple[float, float]) -> None:
+    """Raises one UsageError unless each named option (given, not None) lies in its (low, high) range;
+    NaN and infinities lie in none. The option is named as on the command line."""
+    for name, (low, high) in bounds.items():
+        value = getattr(args, name)
+        if value is not None and not low <= value <= high:
+            span = f"at least {_shown(low)}" if high == MAX else f"from {_shown(low)} to {_shown(high)}"
+            raise UsageError(f"--{name.replace('_', '-')} {value if isinstance(value, int) else _shown(value)}: "
+                             f"give a number {span}")
+
+
+def _shown(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else f"{value:,}"
+
+
+MAX = sys.float_info.max  # The upper bound of _check_range for "any finite number".
+SEED = (0, 2**63 - 1)  # Seeds are unsigned 64-bit numbers in the engine; runs use seed, seed + 1, ...
+BUDGET = (1, 100_000)  # Evaluations: beyond any recorded space, and what replay's curves can hold.
+MIN_TRAINING_ROWS = 200  # Fewer measured rows than this train a cost model and an agent on nothing.
+
+
+def _read_tables(data: list[Path] | None) -> tuple[list[str], list]:
+    """The paths and tables of --data (default: the bundled tables); a folder, a missing, empty or
+    special file, or files without one recorded row are refused, each in one sentence."""
+    from . import _core
+
+    paths = data or bundled_tables()
+    for p in paths:
+        if p.is_dir():
+            raise UsageError(f"--data {p} is a folder; give the tables in it, e.g. --data {p / '*.jsonl'}")
+        problem = ("does not exist" if not p.exists() else "is not a regular file" if not p.is_file()
+                   else "is empty" if p.stat().st_size == 0 else "")
+        if problem:
+            raise UsageError(f"--data {p} {problem}; give recorded tables (JSON lines, as dr-kernel sweep writes)")
+    tables = _core.read_tables([str(p) for p in paths])
+    if not tables:
+        raise UsageError(f"--data {' '.join(map(str, paths))} holds no recorded rows; give tables as dr-kernel "
+                         "sweep writes them")
+    return [str(p) for p in paths], tables
+
+
+def _label(problem: dict) -> str:
+    return " ".join([problem["family"], *(f"{k}={v}" for k, v in problem["shape"].items()), problem["dtype"]]).strip()
 
 
 def _strategy_names(text: str) -> list[str]:
@@ -64,10 +110,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         trained_on = {problem_key(p) for p in json.loads(trained_on_file.read_text())["problems"]}
     agent_strategies = ("ppo",)  # Strategies that use the trained agent.
 
-    paths = [str(p) for p in (args.data or bundled_tables())]
-    if args.budget < 1 or args.repeats < 1:
-        raise UsageError("--budget and --repeats must be at least 1")
-    tables = _core.read_tables(paths)
+    _check_range(args, budget=BUDGET, repeats=(1, 1000), within=(1.0, MAX), seed=SEED)
+    _, tables = _read_tables(args.data)
+    # A problem where nothing ran has no best to come near: replaying it would report success at once.
+    unmeasured = [_label(t.problem) for t in tables if not math.isfinite(t.oracle_ms)]
+    if unmeasured:
+        tables = [t for t in tables if math.isfinite(t.oracle_ms)]
+        if not tables:
+            raise UsageError("no problem in --data has a config that ran correctly (an 'ok' row): nothing to replay")
+        print(f"note: left out {len(unmeasured)} problem(s) where no config ran correctly: {'; '.join(unmeasured)}",
+              file=sys.stderr)
     options = _parse_options(args.option)
     strategies = _strategy_names(args.strategy)
     if options and len(strategies) > 1:
@@ -102,7 +154,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 print(f"\n{name}: shown only on problems the shipped agent was not trained on; {held_back[name]} of "
                       f"{len(tables)} are in its training data and left out (in-sample rows are no result). "
                       "Leave-one-family-out figures: benchmarks/agent.md")
-    if args.plot:
+    if args.plot and not reports:
+        print("note: no strategy was replayed on any problem, so no plot was written", file=sys.stderr)
+    elif args.plot:
         plot_replay({name: r.curves for name, r in reports.items()}, args.plot, args.within)
         if not args.json:
             print(f"\nplot: {args.plot}")
@@ -139,10 +193,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from . import MODEL_FILE, POLICY_FILE, _core
 
-    paths = [str(p) for p in (args.data or bundled_tables())]
-    out = args.out or POLICY_FILE.parent
+    _check_range(args, ppo_steps=(1, 10**10), bc_episodes=(0, 10**7), synthetic=(0, 10**5), seed=SEED)
+    paths, tables = _read_tables(args.data)
+    measured = sum(m["status"] == "ok" for t in tables for _, m in t.rows())
+    if measured < MIN_TRAINING_ROWS:
+        raise UsageError(f"--data holds {measured} rows of configs that ran correctly; the cost model and the agent "
+                         f"need at least {MIN_TRAINING_ROWS}: sweep more configs or problems")
+    out = args.out
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file; give a folder for policy.bin, cost_model.bin and trained_on.json")
     out.mkdir(parents=True, exist_ok=True)
-    tables = _core.read_tables(paths)
     print(f"training the cost model and the agent on {len(tables)} problems from {len(paths)} files", file=sys.stderr)
     start = time.perf_counter()
 
@@ -187,7 +247,7 @@ def cmd_db(args: argparse.Namespace) -> int:
     from . import _core
     from .store import open_store
 
-    store = open_store(args.db)
+    store = open_store(args.db, read_only=args.action != "import")  # stats and export only read.
     if args.action == "import":
         if not args.files:
             raise UsageError("db import needs the recorded tables to import, e.g. dr-kernel db import sweep.jsonl")
@@ -261,6 +321,8 @@ def _parse_shape(kernel, text: str | None) -> dict:
     for pair in text.split(","):
         name, sep, value = pair.partition("=")
         name = name.strip()
+        if name in shape:
+            raise UsageError(f"--shape {text!r} gives {name} twice; give each key once")
         try:
             if not sep or not name:
                 raise ValueError(pair)
@@ -268,6 +330,8 @@ def _parse_shape(kernel, text: str | None) -> dict:
         except ValueError:
             raise UsageError(f"--shape {text!r}: write KEY=INTEGER pairs separated by commas, e.g. "
                              + ",".join(f"{k}={v}" for k, v in like.items())) from None
+        if not isinstance(shape[name], bool) and shape[name] < 1:
+            raise UsageError(f"--shape {name}={shape[name]}: sizes are whole numbers of at least 1")
     try:
         return kernel.check_shape(shape)
     except ValueError as e:
@@ -290,10 +354,17 @@ def _parse_config(kernel, text: str) -> dict:
         config = kernel.check_config(config)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    bad = [k for k, v in config.items() if isinstance(v, bool) or not isinstance(v, int)]
-    if bad:
-        raise UsageError(f"--config: {', '.join(bad)} must be whole numbers, e.g. --config '{example}'")
+    _check_values("--config", {k: [v] for k, v in config.items()}, f"--config '{example}'")
     return config
+
+
+def _check_values(flag: str, values: dict[str, list], example: str) -> None:
+    """Block sizes, warps and stages are whole numbers of at least 1: one UsageError naming the first other."""
+    for name, listed in values.items():
+        bad = [v for v in listed if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+        if bad:
+            raise UsageError(f"{flag}: {name} = {json.dumps(bad[0])} is not a whole number of at least 1; "
+                             f"write e.g. {example}")
 
 
 def _parse_space(kernel, text: str | None):
@@ -302,9 +373,11 @@ def _parse_space(kernel, text: str | None):
 
     if text is None:
         return None
-    space = _parse_json(text, "--space", json.dumps({k: v[:2] for k, v in kernel.space.items()}))
+    example = json.dumps({k: v[:2] for k, v in kernel.space.items()})
+    space = _parse_json(text, "--space", example)
     if not isinstance(space, dict) or not all(isinstance(v, list) and v for v in space.values()):
         raise UsageError("--space must be a JSON object mapping each parameter to a list of values")
+    _check_values("--space", space, f"--space '{example}'")
     try:
         kernel.check_config({k: v[0] for k, v in space.items()})
         return make_space(space, constraints=kernel.constraints)
@@ -333,7 +406,23 @@ def _named_limits(name: str):
         raise UsageError(f"--device: {e}") from None
 
 
-def _warn_if_large(kernel, shape: dict, interpret: bool) -> None:
+def _memory_bytes(interpret: bool) -> int:
+    """The memory a measured problem's tensors live in: this machine's (interpreter) or the GPU's."""
+    if interpret:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory
+
+
+def _check_size(kernel, shape: dict, dtype: str, interpret: bool, measuring: bool = True) -> None:
+    """Refuses a problem to be measured whose tensors exceed the memory that would hold them, and
+    notes a large one for the interpreter."""
+    if measuring and kernel.bytes(shape, dtype) > _memory_bytes(interpret):
+        where = "this machine's memory" if interpret else "the GPU's memory"
+        raise UsageError(f"--shape {','.join(f'{k}={v}' for k, v in shape.items())}: its tensors take at least "
+                         f"{kernel.bytes(shape, dtype) / 1e9:,.0f} GB, more than {where} "
+                         f"({_memory_bytes(interpret) / 1e9:,.0f} GB); give a smaller --shape")
     # The interpreter runs a kernel as NumPy on the CPU, program by program: slow beyond toy sizes.
     if interpret and kernel.flops(shape) > 1e7:
         print(f"note: {kernel.name} {shape} has {kernel.flops(shape):.2g} FLOPs, a lot for Triton's interpreter; "
@@ -364,7 +453,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"note: the visible GPU is not a {limits.name}: static analysis only", file=sys.stderr)
     # The device as this process names it; measuring workers name GPUs by their visible ids.
     device = "cpu" if args.interpret else "cuda:0" if gpu else None
-    _warn_if_large(kernel, shape, args.interpret)
+    _check_size(kernel, shape, dtype, args.interpret, measuring=device is not None)
     with CompilePool(workers=1, timeout_s=args.timeout) as pool:
         report = pool.map([CompileRequest(kernel.name, config, shape, dtype, limits)])[0]
     flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
@@ -446,12 +535,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError("--strategy takes one strategy name")
     options = _parse_options(args.option)
     space = _parse_space(kernel, args.space)
-    if args.budget < 1 or not args.seconds > 0:
-        raise UsageError("--budget must be at least 1 and --seconds positive")
+    _check_range(args, budget=BUDGET, reps=(1, 10**6), seed=SEED, confirm=(0, 10**6), confirm_within=(0.0, MAX),
+                 workers=(1, 4096))
+    if not args.seconds > 0:
+        raise UsageError(f"--seconds {args.seconds}: give a positive number of seconds (default: no limit)")
     gpu = _gpu_available()
     if not gpu and not args.interpret:
         raise UsageError(NO_GPU)
-    _warn_if_large(kernel, shape, args.interpret)
+    _check_size(kernel, shape, dtype, args.interpret)
     interpret = args.interpret
     if space is None:
         from .space import make_space
@@ -471,10 +562,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         progress.show(f"tune {kernel.name} [{'#' * filled}{'.' * (20 - filled)}] {count[0]}/{total}  "
                       f"{best_text}  last {m['status']}  {time.perf_counter() - started:.0f} s")
 
-    if args.confirm < 0:
-        raise UsageError("--confirm takes how many of the best configs to time again at the end (0: none)")
-    if not args.confirm_within >= 0:
-        raise UsageError("--confirm-within takes a fraction of the best time, e.g. 0.1 for 10 %")
     settings = MeasureSettings(reps=args.reps, confirm=args.confirm, confirm_within=args.confirm_within)
     try:
         result = tune_builtin(kernel, shape, dtype, strategy=strategy[0], max_evals=args.budget,
@@ -558,11 +645,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     shape = _parse_shape(kernel, args.shape)
     dtype = dtype_name(args.precision)
     space = _parse_space(kernel, args.space)
-    if args.limit is not None and args.limit < 1:
-        raise UsageError("--limit must be at least 1")
+    _check_range(args, limit=(1, MAX), reps=(1, 10**6), workers=(1, 4096))
     if not _gpu_available() and not args.interpret:
         raise UsageError(NO_GPU)
-    _warn_if_large(kernel, shape, args.interpret)
+    _check_size(kernel, shape, dtype, args.interpret)
     configs = None
     if space is not None:
         configs = [c for c in space.configs(space.product_size)]
@@ -609,7 +695,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from .store import open_store
 
-    store = open_store(args.db)
+    store = open_store(args.db, read_only=True)
     out = []
     for problem in store.problems():
         if args.family and problem["family"] != args.family:
@@ -663,7 +749,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--synthetic", type=int, default=24,
                    help="synthetic problems between the recorded ones (default 24)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, help="folder for policy.bin and cost_model.bin; default: the package's own")
+    p.add_argument("--out", type=Path, required=True,
+                   help="folder for policy.bin, cost_model.bin and trained_on.json (the shipped agent is "
+                        "python/dr_kernel/data/agent: name it to replace it)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_train)
 

@@ -48,6 +48,11 @@ class MeasureSettings:
     confirm_rounds: int = 3
     confirm_within: float = 0.10
 
+    def __post_init__(self) -> None:
+        # With no timed launch a config has no time: every one would be stored as crashed.
+        if isinstance(self.reps, bool) or not isinstance(self.reps, int) or self.reps < 1:
+            raise ValueError(f"MeasureSettings(reps={self.reps!r}): give at least 1 timed launch per config")
+
 
 class Job:
     """What a measuring worker runs: built once per worker (inputs on its device), then launched

@@ -29,6 +29,9 @@ def make_space(
     if (space is None) == (configs is None):
         raise ValueError("give exactly one of space={name: [values]} or configs=[triton.Config, ...]")
     listed: list[dict] | None = None
+    if configs is None and not space:
+        raise ValueError("space={} has no parameters: give each parameter's values, e.g. "
+                         "space={'BLOCK': [64, 128, 256], 'num_warps': [4, 8]}")
     if configs is not None:
         listed = [config_dict(c) for c in configs]
         if not listed:

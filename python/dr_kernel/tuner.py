@@ -295,6 +295,27 @@ def _close_shared_pool() -> None:
 
 # ----- the kernel ------------------------------------------------------------------------------------
 
+def _check_limits(name: str, max_evals: Any, max_seconds: Any, strategy: Any, seed: Any) -> None:
+    """Raises ValueError, at decoration, for a budget, strategy or seed the first call would trip on."""
+    from . import _core
+
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if max_evals is not None and not (whole(max_evals) and max_evals >= 1):
+        raise ValueError(f"{name}: max_evals={max_evals!r}: give how many configs to measure per key, a whole "
+                         "number of at least 1")
+    if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not max_seconds > 0:
+        raise ValueError(f"{name}: max_seconds={max_seconds!r}: give a positive number of tuning seconds per key "
+                         "(math.inf: no limit)")
+    available = [s[0] for s in _core.strategies()]
+    if strategy not in available:
+        raise ValueError(f"{name}: unknown strategy={strategy!r}; the available strategies are: "
+                         f"{', '.join(available)}")
+    if not (whole(seed) and 0 <= seed < 2**63):
+        raise ValueError(f"{name}: seed={seed!r}: give a whole number from 0 to 2**63 - 1")
+
+
 class TunedKernel(TritonAutotuner):
     """A kernel that picks its config per key: from this object's cache, from the results store,
     or by tuning on the first call. Launch it like the kernel it wraps: ``k[grid](...)``.
@@ -321,6 +342,7 @@ class TunedKernel(TritonAutotuner):
         if missing:
             raise ValueError(f"key names {missing} are not arguments of {self.__name__}; "
                              f"choose from {self.arg_names}")
+        _check_limits(self.__name__, max_evals, max_seconds, strategy, seed)
         self.keys = self.key = list(key)
         self.listed: list | None = list(configs) if configs is not None else None
         self.configs = self.listed or []  # triton.autotune's attribute.

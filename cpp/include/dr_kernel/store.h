@@ -50,8 +50,10 @@ class Store {
   // Marks the file as a dr_kernel results database (PRAGMA application_id, "drkS").
   static constexpr int32_t kApplicationId = 0x64726b53;
 
-  // Opens or creates the database at `path`; throws StoreError when that is impossible.
-  explicit Store(const std::string& path);
+  // Opens or creates the database at `path`; throws StoreError when that is impossible. With
+  // `read_only` it opens an existing database only to read it (a file or folder this process cannot
+  // write is fine), creates and changes nothing, and throws when the file is missing or empty.
+  explicit Store(const std::string& path, bool read_only = false);
   ~Store();
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;

@@ -405,31 +405,72 @@ Reference ReadReference(const Statement& s, int first) {
 
 void Store::Closer::operator()(sqlite3* db) const { sqlite3_close_v2(db); }
 
-Store::Store(const std::string& path) : path_(path) {
+Store::Store(const std::string& path, bool read_only) : path_(path) {
   if (path.empty())
     throw StoreError("the results database path is empty; give a file name such as dr_kernel.db");
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw StoreError(path + " is a directory; give the path of a database file, such as " +
                      (std::filesystem::path(path) / "dr_kernel.db").string());
+  if (read_only && !std::filesystem::exists(path, ec))
+    throw StoreError(path + " does not exist, so it holds no results; check the path, or tune or sweep "
+                     "first to create it");
 
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  const int flags = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  const int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
   db_.reset(db);  // A failed open still returns a handle to close.
   if (rc != SQLITE_OK) Fail(db, path_, rc, "opening the results database");
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
-  if (sqlite3_db_readonly(db, "main") == 1)
+  if (!read_only && sqlite3_db_readonly(db, "main") == 1)
     Fail(nullptr, path_, SQLITE_READONLY, "opening the results database");
 
   // Look before changing anything, so that another program's database is left as it was. One read
   // transaction, so that a database another process creates meanwhile is seen whole or not at all.
   Identity id;
-  {
-    Transaction tx(db, path_, Transaction::Kind::kRead, "reading what the file is");
-    id = ReadIdentity(db, path_);
+  const auto read_identity = [&] {
+    Transaction tx(db_.get(), path_, Transaction::Kind::kRead, "reading what the file is");
+    id = ReadIdentity(db_.get(), path_);
     tx.Commit();
+  };
+  if (!read_only) {
+    read_identity();
+  } else {
+    try {
+      read_identity();
+    } catch (const StoreError&) {
+      // A WAL database in a folder this process cannot write: SQLite cannot make its shared-memory
+      // index beside it. Nobody can write there either, so the file is read as immutable.
+      std::string uri = "file:";
+      for (const char c : path) {
+        if (c == '%' || c == '?' || c == '#') {
+          static const char kHex[] = "0123456789ABCDEF";
+          uri += '%';
+          uri += kHex[static_cast<unsigned char>(c) >> 4];
+          uri += kHex[c & 0xf];
+        } else {
+          uri += c;
+        }
+      }
+      uri += "?immutable=1";
+      sqlite3* again = nullptr;
+      const int rc2 = sqlite3_open_v2(uri.c_str(), &again, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+      db_.reset(again);
+      if (rc2 != SQLITE_OK) Fail(again, path_, rc2, "opening the results database");
+      read_identity();
+    }
   }
   CheckIdentity(id, path_);
+  if (read_only) {
+    if (id.user_version == 0)
+      throw StoreError(path + " is empty, so it holds no results; check the path, or tune or sweep first");
+    if (id.user_version < kSchemaVersion)
+      throw StoreError(path + " is a results database of an older schema (version " +
+                       std::to_string(id.user_version) + "); run a command that writes to it once (such as " +
+                       "dr-kernel db import) to upgrade it");
+    return;
+  }
+  db = db_.get();
   ExecRetryingBusy(db, path_, "PRAGMA journal_mode = WAL", "switching to WAL journal mode");
   Exec(db, path_, "PRAGMA synchronous = NORMAL", "setting synchronous = NORMAL");
   Exec(db, path_, "PRAGMA foreign_keys = ON", "enabling foreign keys");
