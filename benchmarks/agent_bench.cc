@@ -54,6 +54,39 @@ void BM_Proposal(benchmark::State& state) {
 }
 BENCHMARK(BM_Proposal)->Unit(benchmark::kMicrosecond);
 
+// As BM_Proposal, but every proposal follows a new measurement, so that the jump target (96
+// candidates with corrected predictions and failure beliefs) is recomputed: a copy of the session
+// after 30 measurements records a 31st, then proposes. The copy is part of the time.
+void BM_ProposalAfterMeasurement(benchmark::State& state) {
+  const auto& f = Get();
+  const ProblemTable& table = f.tables[3];
+  const Space space = agent::TableSpace(table);
+  const agent::Prior prior = agent::PriorFromModel(f.agent->model.get(), table.problem, space);
+  ReplayEnv env(table);
+  agent::Session session(space, prior, agent::ProblemFeaturesFor(f.agent->model.get(), table.problem, space), 100);
+  Rng rng(1);
+  UniqueSampler sampler(space, rng);
+  for (int i = 0; i < 30; ++i) {
+    const auto c = *sampler.Next();
+    const Measurement* m = env.Lookup(c);
+    session.TakeMeasured({c, true}, m ? *m : Measurement{});
+  }
+  const auto next = *sampler.Next();
+  const Measurement* next_m = env.Lookup(next);
+  Eigen::MatrixXd x(1, agent::kObservationSize);
+  rl::MaskMatrix mask(1, agent::kNumActions);
+  for (auto _ : state) {
+    agent::Session s = session;
+    s.TakeMeasured({next, true}, next_m ? *next_m : Measurement{});
+    const auto obs = s.Observation();
+    const auto allowed = s.Mask();
+    for (int i = 0; i < agent::kObservationSize; ++i) x(0, i) = obs[i];
+    for (int i = 0; i < agent::kNumActions; ++i) mask(0, i) = allowed[i];
+    benchmark::DoNotOptimize(f.agent->policy.Greedy(x, mask));
+  }
+}
+BENCHMARK(BM_ProposalAfterMeasurement)->Unit(benchmark::kMicrosecond);
+
 // The prior of a whole space: one cost-model prediction per config, then ranking.
 void BM_Prior(benchmark::State& state) {
   const auto& f = Get();

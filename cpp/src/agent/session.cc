@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <Eigen/Dense>
+
 #include "dr_kernel/rng.h"
 
 namespace dr_kernel::agent {
@@ -26,6 +28,29 @@ constexpr double kThompson = 0.25;
 constexpr int kAvoidFailDraws = 16;
 
 double Clip(double v, double lo, double hi) { return std::min(hi, std::max(lo, v)); }
+
+// Ridge penalty of the residuals' linear trend over the encoded parameters (each spans [0, 1]):
+// with a handful of measurements the trend stays small; 0.3 was best of 0.1, 0.3 and 1 under
+// leave-one-family-out (benchmarks/agent.md). The trend is clipped to +-kTrendClip log units.
+constexpr double kTrendRidge = 0.3;
+constexpr double kTrendClip = 1.5;
+// Pseudo-measurements at the prior's failure probability in a config's failure belief.
+constexpr double kFailPseudo = 1.0;
+// Candidates a jump draws from the whole untried space besides the prior's first kJumpCandidates.
+constexpr int kRandomCandidates = 48;
+
+// Squared distance beyond which a kernel weight counts as 0 (exp(-0.6 / (2 * 0.25^2)) < 0.01):
+// most measurements are that far from a config, and skipping their exp() keeps proposals cheap.
+constexpr double kFarSquared = 0.6;
+
+double Kernel(const std::vector<double>& a, const std::vector<double>& b) {
+  double d2 = 0;
+  for (size_t p = 0; p < a.size(); ++p) {
+    const double d = a[p] - b[p];
+    d2 += d * d;
+  }
+  return d2 > kFarSquared ? 0.0 : std::exp(-d2 / (2 * kBandwidth * kBandwidth));
+}
 
 double JumpScore(double mean, double std, double p_fail) { return mean - kOptimism * std + kFailWeight * p_fail; }
 
@@ -54,27 +79,80 @@ Session::Session(const Space& space, const Prior& prior, std::vector<double> pro
   problem_features_.resize(kProblemFeatures, 0.0);
 }
 
-double Session::Predict(const Config& config, double* std) const {
-  const uint64_t index = space_.Index(config);
+void Session::Beliefs(uint64_t index, const std::vector<double>& here, double* mean, double* std,
+                      double* p_fail) const {
   const double n = static_cast<double>(residual_.size());
   const double bias = n > 0 ? residual_sum_ / (n + 1.0) : 0.0;
-  double weight = 0, local = 0;
-  if (!residual_.empty()) {
-    const auto here = space_.Encode(config);
-    for (size_t i = 0; i < residual_.size(); ++i) {
-      double d2 = 0;
-      for (size_t p = 0; p < here.size(); ++p) {
-        const double d = here[p] - residual_at_[i][p];
-        d2 += d * d;
-      }
-      const double w = std::exp(-d2 / (2 * kBandwidth * kBandwidth));
-      weight += w;
-      local += w * (residual_[i] - bias);
-    }
-    local /= weight + 0.5;
+  double trend = 0;
+  if (!trend_.empty()) {
+    for (size_t p = 0; p < here.size(); ++p) trend += trend_[p] * (here[p] - trend_centre_[p]);
+    trend = Clip(trend, -kTrendClip, kTrendClip);
   }
+  // One kernel weight per measurement: ok ones correct the time, all of them the failure belief.
+  double weight = 0, local = 0, all_weight = 0, failed = 0;
+  for (size_t i = 0; i < outcome_at_.size(); ++i) {
+    const double w = Kernel(here, outcome_at_[i]);
+    if (w == 0) continue;
+    all_weight += w;
+    if (outcome_failed_[i]) {
+      failed += w;
+    } else {
+      weight += w;
+      local += w * outcome_detrended_[i];
+    }
+  }
+  local /= weight + 0.5;
+  if (mean) *mean = prior_->log_ms[index] + (n > 0 ? bias + trend + local : 0.0);
   if (std) *std = prior_->log_std[index] / std::sqrt(1.0 + weight);
-  return prior_->log_ms[index] + bias + local;
+  if (p_fail) {
+    const double prior = prior_->p_fail[index];
+    *p_fail = (kFailPseudo * prior + failed) / (kFailPseudo + all_weight);
+  }
+}
+
+double Session::Predict(const Config& config, double* std) const {
+  double mean = 0;
+  Beliefs(space_.Index(config), space_.Encode(config), &mean, std, nullptr);
+  return mean;
+}
+
+double Session::PFail(const Config& config) const {
+  double p = 0;
+  Beliefs(space_.Index(config), space_.Encode(config), nullptr, nullptr, &p);
+  return p;
+}
+
+void Session::FitResiduals() {
+  trend_.clear();
+  const size_t n = residual_.size(), d = space_.num_params();
+  const double bias = n > 0 ? residual_sum_ / (n + 1.0) : 0.0;
+  if (n >= 3 && d > 0) {
+    trend_centre_.assign(d, 0.0);
+    for (const auto& x : residual_at_)
+      for (size_t p = 0; p < d; ++p) trend_centre_[p] += x[p] / n;
+    Eigen::MatrixXd a = Eigen::MatrixXd::Identity(d, d) * kTrendRidge;
+    Eigen::VectorXd b = Eigen::VectorXd::Zero(d);
+    for (size_t i = 0; i < n; ++i) {
+      Eigen::VectorXd x(d);
+      for (size_t p = 0; p < d; ++p) x(p) = residual_at_[i][p] - trend_centre_[p];
+      a += x * x.transpose();
+      b += x * (residual_[i] - bias);
+    }
+    const Eigen::VectorXd w = a.ldlt().solve(b);
+    trend_.assign(w.data(), w.data() + d);
+  }
+  // What the bias and trend leave of each ok measurement's residual, for the local smoother.
+  outcome_detrended_.assign(outcome_at_.size(), 0.0);
+  size_t k = 0;
+  for (size_t i = 0; i < outcome_at_.size(); ++i) {
+    if (outcome_failed_[i]) continue;
+    double fitted = 0;
+    if (!trend_.empty()) {
+      for (size_t p = 0; p < d; ++p) fitted += trend_[p] * (outcome_at_[i][p] - trend_centre_[p]);
+      fitted = Clip(fitted, -kTrendClip, kTrendClip);
+    }
+    outcome_detrended_[i] = residual_[k++] - bias - fitted;
+  }
 }
 
 double Session::rank_correlation() const { return rank_correlation_; }
@@ -106,27 +184,39 @@ std::optional<Config> Session::JumpTarget() const {
     const uint64_t left = order.size() - order_start_;
     for (int draw = 0; draw < 4 * kAvoidFailDraws; ++draw) {
       const uint64_t i = order[order_start_ + rng_.Below(left)];
-      if (measured_.count(i) || (draw < kAvoidFailDraws && prior_->p_fail[i] > 0.5)) continue;
+      if (measured_.count(i) || (draw < kAvoidFailDraws && PFail(space_.FromIndex(i)) > 0.5)) continue;
       jump_ = space_.FromIndex(i);
       return jump_;
     }
   }
   std::optional<Config> best;
   double best_score = kInf;
-  int compared = 0;
-  for (size_t i = order_start_; i < order.size() && compared < kJumpCandidates; ++i) {
-    if (measured_.count(order[i])) continue;
-    const Config c = space_.FromIndex(order[i]);
-    double std = 0;
-    const double mean = Predict(c, &std);
+  auto consider = [&](uint64_t i) {
+    const Config c = space_.FromIndex(i);
+    double mean = 0, std = 0, p_fail = 0;
+    Beliefs(i, space_.Encode(c), &mean, &std, &p_fail);
     // A Thompson-style draw: the optimistic score plus a quarter of the belief's uncertainty times N(0, 1).
     const double noise = first ? 0.0 : kThompson * std * rng_.Normal();
-    const double score = JumpScore(mean, std, prior_->p_fail[order[i]]) + noise;
+    const double score = JumpScore(mean, std, p_fail) + noise;
     if (score < best_score) {
       best_score = score;
       best = c;
     }
+  };
+  int compared = 0;
+  for (size_t i = order_start_; i < order.size() && compared < kJumpCandidates; ++i) {
+    if (measured_.count(order[i])) continue;
+    consider(order[i]);
     ++compared;
+  }
+  // Besides the prior's most promising, candidates drawn from the whole space: once the
+  // measurements have corrected the beliefs, the best of them may lie anywhere in the prior's order.
+  if (!first && !residual_.empty()) {
+    const uint64_t left = order.size() - order_start_;
+    for (int draw = 0; draw < kRandomCandidates; ++draw) {
+      const uint64_t i = order[order_start_ + rng_.Below(left)];
+      if (!measured_.count(i)) consider(i);
+    }
   }
   jump_ = best;
   return best;
@@ -190,12 +280,16 @@ void Session::Observe(const Config& config, const Measurement& m) {
   }
   measured_[index] = {ok, log_ms, m.n_regs, m.n_spills, m.shared};
   jump_known_ = false;
+  outcome_at_.push_back(space_.Encode(config));
+  outcome_index_.push_back(index);
+  outcome_failed_.push_back(ok ? 0 : 1);
   if (ok) {
     const double r = log_ms - prior_->log_ms[index];
-    residual_at_.push_back(space_.Encode(config));
+    residual_at_.push_back(outcome_at_.back());
     residual_.push_back(r);
     residual_sum_ += r;
   }
+  FitResiduals();
 }
 
 void Session::Rebase(const Prior& prior) {
@@ -203,13 +297,15 @@ void Session::Rebase(const Prior& prior) {
   residual_at_.clear();
   residual_.clear();
   residual_sum_ = 0;
-  for (const auto& [index, result] : measured_) {
-    if (!result.ok) continue;
-    const double r = result.log_ms - prior_->log_ms[index];
-    residual_at_.push_back(space_.Encode(space_.FromIndex(index)));
+  // In the order measured, as the outcomes are kept.
+  for (size_t i = 0; i < outcome_index_.size(); ++i) {
+    if (outcome_failed_[i]) continue;
+    const double r = measured_.at(outcome_index_[i]).log_ms - prior_->log_ms[outcome_index_[i]];
+    residual_at_.push_back(outcome_at_[i]);
     residual_.push_back(r);
     residual_sum_ += r;
   }
+  FitResiduals();
   order_start_ = 0;
   jump_known_ = false;
 }
@@ -290,7 +386,7 @@ void Session::FillDirection(const Config& target, double current_log, double* ou
   // Predicted differences count as far as the session trusts its beliefs.
   out[4] = std::isfinite(current_log) ? trust() * Clip(mean - current_log, -1, 1) : 0;
   out[5] = Clip(std, 0, 1);
-  out[6] = prior_->p_fail[index];
+  out[6] = PFail(target);
 }
 
 std::vector<double> Session::Observation() const {

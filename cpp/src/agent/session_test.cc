@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -100,7 +101,9 @@ TEST(SessionTrustTest, LowTrustTurnsJumpsIntoRandomSearchOverUntriedConfigs) {
     }
     return outside / 30.0;
   };
-  EXPECT_EQ(share_outside_top(good), 0.0);
+  // With a good prior few jumps leave its top 60: a random jump now and then (trust is below 1),
+  // or a candidate from the whole space that the corrected beliefs rank best.
+  EXPECT_LE(share_outside_top(good), 0.1);
   // The top 60 of 192 configs: uniform draws land outside them about two times in three.
   EXPECT_GT(share_outside_top(mirrored), 0.4);
 }
@@ -116,9 +119,103 @@ TEST(SessionTrustTest, PredictedDifferencesInTheObservationScaleWithTrust) {
   Jump(&s, t, 15);
   const auto after = s.Observation();
   EXPECT_NEAR(after[10], s.trust(), 1e-12);
-  EXPECT_LT(after[11], 0);
+  // The beliefs that are paired with measurements are corrected by the measurements before them
+  // (the residual trend learns part of the mirror), but they still rank poorly.
+  EXPECT_NEAR(after[11], s.rank_correlation(), 1e-12);
+  EXPECT_LT(after[11], 0.25);
   EXPECT_LT(s.trust(), 0.25);
   EXPECT_LE(std::abs(after[7]), s.trust() + 1e-12);
+}
+
+// Spearman rank correlation of two equally long vectors (no ties expected).
+double Spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  auto ranks = [](const std::vector<double>& v) {
+    std::vector<size_t> idx(v.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return v[x] < v[y]; });
+    std::vector<double> r(v.size());
+    for (size_t i = 0; i < idx.size(); ++i) r[idx[i]] = static_cast<double>(i);
+    return r;
+  };
+  const auto ra = ranks(a), rb = ranks(b);
+  const double mean = (a.size() - 1) / 2.0;
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    sab += (ra[i] - mean) * (rb[i] - mean);
+    saa += (ra[i] - mean) * (ra[i] - mean);
+    sbb += (rb[i] - mean) * (rb[i] - mean);
+  }
+  return sab / std::sqrt(saa * sbb);
+}
+
+TEST(SessionBeliefTest, ATrendTheMeasurementsShowCorrectsFarFromThem) {
+  // A prior that is the truth tilted along the first parameter by 3 log units over its range (a
+  // systematic error, as of a model that has not seen the family): after 12 measurements the
+  // session's beliefs about the untried configs, most far from any measurement, rank them better
+  // than the prior does.
+  const Truth& t = Softmax();
+  std::vector<double> tilted = t.log_ms;
+  t.space.ForEach([&](const Config& c) {
+    tilted[t.space.Index(c)] -= 3.0 * t.space.Encode(c)[0];
+    return true;
+  });
+  Prior prior = NoisyPrior(tilted, t.ok, 0.0, 1);
+  prior.trust = 0.5;
+  prior.Rank(t.space);
+  Session s(t.space, prior, {}, 100, {}, 4);
+  Jump(&s, t, 12);
+  std::vector<double> truth, believed, prior_log;
+  t.space.ForEach([&](const Config& c) {
+    const uint64_t i = t.space.Index(c);
+    if (!t.ok[i] || s.Measured(c)) return true;
+    truth.push_back(t.log_ms[i]);
+    believed.push_back(s.Predict(c));
+    prior_log.push_back(prior.log_ms[i]);
+    return true;
+  });
+  ASSERT_GT(truth.size(), 100u);
+  EXPECT_GT(Spearman(believed, truth), Spearman(prior_log, truth) + 0.1);
+}
+
+TEST(SessionBeliefTest, FailuresMakeTheirNeighboursLikelyToFail) {
+  const Truth& t = Softmax();
+  Prior prior = PriorOf(t, 1, 0.05, 3);
+  std::fill(prior.p_fail.begin(), prior.p_fail.end(), 0.1);
+  Session s(t.space, prior, {}, 100, {}, 5);
+  // Two neighbouring configs: one fails, the other is then believed more likely to fail; a config
+  // far from it keeps the prior's belief.
+  Config failed, near, far;
+  bool found = false;
+  t.space.ForEach([&](const Config& c) {
+    for (size_t p = 0; p < t.space.num_params() && !found; ++p) {
+      const auto n = t.space.Move(c, p, 1);
+      if (!n || !t.space.IsValid(*n)) continue;
+      failed = c;
+      near = *n;
+      found = true;
+    }
+    return !found;
+  });
+  ASSERT_TRUE(found);
+  const auto at = t.space.Encode(failed);
+  double farthest = -1;
+  t.space.ForEach([&](const Config& c) {
+    const auto e = t.space.Encode(c);
+    double d2 = 0;
+    for (size_t p = 0; p < e.size(); ++p) d2 += (e[p] - at[p]) * (e[p] - at[p]);
+    if (d2 > farthest) {
+      farthest = d2;
+      far = c;
+    }
+    return true;
+  });
+  EXPECT_DOUBLE_EQ(s.PFail(near), 0.1);
+  Measurement out_of_resources;
+  out_of_resources.status = Status::kOutOfResources;
+  s.Record(failed, out_of_resources);
+  EXPECT_GT(s.PFail(near), 0.3);
+  EXPECT_NEAR(s.PFail(far), 0.1, 0.02);
+  EXPECT_GT(s.PFail(failed), 0.5);
 }
 
 TEST(SessionSeedTest, TheSeedChangesUncertainJumpsAndOnlyTheSeed) {

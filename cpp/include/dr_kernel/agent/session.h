@@ -102,7 +102,9 @@ struct StepReward {
 // counts as 0) shrunk towards the prior's own trust by `shrink` pseudo-pairs. With trust t, a jump
 // measures a uniformly random unmeasured config with probability (1 - t)^2, and otherwise the most
 // promising one by a Thompson-style draw (the predicted log time plus a quarter of its uncertainty times a
-// standard normal); the first jump of a session measures the prior's best guess. Predicted
+// standard normal) among the prior's first untried choices and as many drawn from the whole untried
+// space (the corrected beliefs may rank those best); the first jump of a session measures the
+// prior's best guess. Predicted
 // differences in the observation are scaled by t. At t = 0 every jump after the first is random
 // search over the untried configs.
 struct TrustConfig {
@@ -137,8 +139,13 @@ class Session {
 
   // The config kJump would measure now, or nullopt when every config is measured.
   std::optional<Config> JumpTarget() const;
-  // Believed log time of a config: the prior corrected by the residuals measured so far.
+  // Believed log time of a config: the prior corrected by the residuals measured so far (their
+  // shrunk mean, a ridge-regressed linear trend over the encoded parameters, and a local kernel
+  // smoother of what is left).
   double Predict(const Config& config, double* std = nullptr) const;
+  // Believed probability that a config fails: the prior's, pulled towards the failures and
+  // successes measured near it.
+  double PFail(const Config& config) const;
 
   // Spearman rank correlation between predictions made just before measuring and the measured
   // times, over the ok measurements (0 with fewer than TrustConfig::min_pairs of them).
@@ -165,6 +172,12 @@ class Session {
     int64_t shared;
   };
   void Observe(const Config& config, const Measurement& m);
+  // Refits the linear trend of the residuals and what it leaves of each (after every measurement
+  // and rebase).
+  void FitResiduals();
+  // Belief about one config (index and encoded position): corrected log time, its uncertainty and
+  // the failure probability; any output may be null.
+  void Beliefs(uint64_t index, const std::vector<double>& encoded, double* mean, double* std, double* p_fail) const;
   void FillDirection(const Config& target, double current_log, double* out) const;
 
   const Space& space_;
@@ -178,6 +191,13 @@ class Session {
   std::vector<std::vector<double>> residual_at_;
   std::vector<double> residual_;
   double residual_sum_ = 0;
+  // Ridge fit of the residuals on the encoded parameters, centred at trend_centre_.
+  std::vector<double> trend_, trend_centre_;
+  // Encoded positions of every measurement, and whether it failed (for PFail).
+  std::vector<std::vector<double>> outcome_at_;
+  std::vector<uint64_t> outcome_index_;
+  std::vector<uint8_t> outcome_failed_;
+  std::vector<double> outcome_detrended_;  // Residual less bias and trend (0 for failures).
   // (belief just before measuring, measured log time) of ok measurements, and their correlation.
   std::vector<double> pair_predicted_, pair_measured_;
   double rank_correlation_ = 0;
