@@ -27,30 +27,52 @@ const Fixture& Get() {
   return f;
 }
 
-// A session on the 4096^3 matmul space (1,440 configs) after 30 measurements, then one proposal.
-void BM_Proposal(benchmark::State& state) {
-  const auto& f = Get();
-  const ProblemTable& table = f.tables[3];
-  const Space space = agent::TableSpace(table);
-  const agent::Prior prior = agent::PriorFromModel(f.agent->model.get(), table.problem, space);
-  ReplayEnv env(table);
-  agent::Session session(space, prior, agent::ProblemFeaturesFor(f.agent->model.get(), table.problem, space), 100);
-  Rng rng(1);
-  UniqueSampler sampler(space, rng);
-  for (int i = 0; i < 30; ++i) {
-    const auto c = *sampler.Next();
-    const Measurement* m = env.Lookup(c);
-    session.TakeMeasured({c, true}, m ? *m : Measurement{});
+// A session on the 4096^3 matmul space (1,440 configs) after 30 measurements of random configs;
+// `sampler` goes on with configs not measured yet. Members refer to each other: never copied.
+struct MeasuredSession {
+  explicit MeasuredSession(const Fixture& f)
+      : trained(*f.agent),
+        table(f.tables[3]),
+        space(agent::TableSpace(table)),
+        prior(agent::PriorFromModel(trained.model.get(), table.problem, space)),
+        env(table),
+        session(space, prior, agent::ProblemFeaturesFor(trained.model.get(), table.problem, space), 100),
+        rng(1),
+        sampler(space, rng) {
+    for (int i = 0; i < 30; ++i) Measure(session, *sampler.Next());
   }
-  Eigen::MatrixXd x(1, agent::kObservationSize);
-  rl::MaskMatrix mask(1, agent::kNumActions);
-  for (auto _ : state) {
-    const auto obs = session.Observation();
-    const auto allowed = session.Mask();
+  MeasuredSession(const MeasuredSession&) = delete;
+
+  void Measure(agent::Session& s, const Config& c) const {
+    const Measurement* m = env.Lookup(c);
+    s.TakeMeasured({c, true}, m ? *m : Measurement{});
+  }
+
+  // One proposal of the policy from `s`: observation, mask, a greedy step.
+  void Propose(const agent::Session& s) {
+    const auto obs = s.Observation();
+    const auto allowed = s.Mask();
     for (int i = 0; i < agent::kObservationSize; ++i) x(0, i) = obs[i];
     for (int i = 0; i < agent::kNumActions; ++i) mask(0, i) = allowed[i];
-    benchmark::DoNotOptimize(f.agent->policy.Greedy(x, mask));
+    benchmark::DoNotOptimize(trained.policy.Greedy(x, mask));
   }
+
+  const agent::Agent& trained;
+  const ProblemTable& table;
+  const Space space;
+  const agent::Prior prior;
+  ReplayEnv env;
+  agent::Session session;
+  Rng rng;
+  UniqueSampler sampler;
+  Eigen::MatrixXd x = Eigen::MatrixXd(1, agent::kObservationSize);
+  rl::MaskMatrix mask = rl::MaskMatrix(1, agent::kNumActions);
+};
+
+// One proposal after 30 measurements.
+void BM_Proposal(benchmark::State& state) {
+  MeasuredSession w(Get());
+  for (auto _ : state) w.Propose(w.session);
 }
 BENCHMARK(BM_Proposal)->Unit(benchmark::kMicrosecond);
 
@@ -58,31 +80,12 @@ BENCHMARK(BM_Proposal)->Unit(benchmark::kMicrosecond);
 // candidates with corrected predictions and failure beliefs) is recomputed: a copy of the session
 // after 30 measurements records a 31st, then proposes. The copy is part of the time.
 void BM_ProposalAfterMeasurement(benchmark::State& state) {
-  const auto& f = Get();
-  const ProblemTable& table = f.tables[3];
-  const Space space = agent::TableSpace(table);
-  const agent::Prior prior = agent::PriorFromModel(f.agent->model.get(), table.problem, space);
-  ReplayEnv env(table);
-  agent::Session session(space, prior, agent::ProblemFeaturesFor(f.agent->model.get(), table.problem, space), 100);
-  Rng rng(1);
-  UniqueSampler sampler(space, rng);
-  for (int i = 0; i < 30; ++i) {
-    const auto c = *sampler.Next();
-    const Measurement* m = env.Lookup(c);
-    session.TakeMeasured({c, true}, m ? *m : Measurement{});
-  }
-  const auto next = *sampler.Next();
-  const Measurement* next_m = env.Lookup(next);
-  Eigen::MatrixXd x(1, agent::kObservationSize);
-  rl::MaskMatrix mask(1, agent::kNumActions);
+  MeasuredSession w(Get());
+  const auto next = *w.sampler.Next();
   for (auto _ : state) {
-    agent::Session s = session;
-    s.TakeMeasured({next, true}, next_m ? *next_m : Measurement{});
-    const auto obs = s.Observation();
-    const auto allowed = s.Mask();
-    for (int i = 0; i < agent::kObservationSize; ++i) x(0, i) = obs[i];
-    for (int i = 0; i < agent::kNumActions; ++i) mask(0, i) = allowed[i];
-    benchmark::DoNotOptimize(f.agent->policy.Greedy(x, mask));
+    agent::Session s = w.session;
+    w.Measure(s, next);
+    w.Propose(s);
   }
 }
 BENCHMARK(BM_ProposalAfterMeasurement)->Unit(benchmark::kMicrosecond);
