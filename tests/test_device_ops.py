@@ -63,7 +63,9 @@ def verdicts():
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_compare_gives_the_verdicts_of_torch(verdicts, dtype, scenario):
     ours, theirs, changed, unchanged = verdicts[f"{dtype} {scenario}"]
-    assert ours == pytest.approx(theirs, rel=1e-9) or (math.isinf(ours) and math.isinf(theirs))
+    # The torch path sums half-precision squares in float32, the kernels in float64: they agree to
+    # about 1e-8, while the verdict compares against tolerances of 1e-3 and more.
+    assert ours == pytest.approx(theirs, rel=1e-6) or (math.isinf(ours) and math.isinf(theirs))
     if scenario == "unwritten" and dtype != torch.bool:
         assert ours > 0  # Untouched elements the reference wrote are a difference, not a pass.
     if scenario in ("nan", "inf") and dtype.is_floating_point:

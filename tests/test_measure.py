@@ -72,6 +72,17 @@ def test_timing_stops_early_for_configs_slower_than_the_best():
     assert slow["reps"] == 3 and slow["ms"] > 20
 
 
+def test_timing_stops_once_the_launches_add_up_to_the_budget():
+    # A 20 ms launch: three of them pass a 50 ms budget; the cap of reps still holds without one.
+    config = {"mode": "ok", "sleep": 0.02}
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=10, min_reps=3, budget_ms=50.0)) as pool:
+        capped = pool.measure([config])[0][0]
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=5, min_reps=3, budget_ms=math.inf)) as pool:
+        full = pool.measure([config])[0][0]
+    assert capped["reps"] == 3 and capped["ms"] > 20
+    assert full["reps"] == 5
+
+
 def test_a_job_that_cannot_set_up_is_one_clear_error():
     # A softmax shape without its "cols" key: the worker's set-up raises, the parent says so.
     with pytest.raises(WorkerError, match="could not set up"):

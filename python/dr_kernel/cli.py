@@ -779,7 +779,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", type=Path, help="the results store (default: $DR_KERNEL_DB or the per-user cache)")
     p.add_argument("--workers", type=int, help="compile processes (default: one per CPU core)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds one compile may take (default 120)")
-    p.add_argument("--reps", type=int, default=20, help="timed launches per config (default 20)")
+    p.add_argument("--reps", type=int, default=20,
+                   help="timed launches per config at most (default 20; fewer once a config is 1.3x slower than "
+                        "the best, or its launches add up to 50 ms)")
     p.add_argument("--confirm", type=int, default=3,
                    help="time the best N configs (within 10%% of the best) 3 more times each at the end and keep the "
                         "lowest median (default 3; 0: keep the fastest first measurement)")
@@ -799,7 +801,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="record only the first N configs of the space")
     p.add_argument("--db", type=Path, help="the results store (default: $DR_KERNEL_DB or the per-user cache)")
     p.add_argument("--workers", type=int, help="compile processes (default: one per CPU core)")
-    p.add_argument("--reps", type=int, default=20, help="timed launches per config (default 20)")
+    p.add_argument("--reps", type=int, default=20,
+                   help="timed launches per config at most (default 20; fewer once a config is 1.3x slower than "
+                        "the best, or its launches add up to 50 ms)")
     p.add_argument("--interpret", action="store_true",
                    help="measure in Triton's interpreter on the CPU (small shapes; not GPU times)")
     p.set_defaults(func=cmd_sweep)

@@ -38,7 +38,13 @@ from .checking import classify
 class MeasureSettings:
     reps: int = 20              # Timed launches of a config that is not stopped early.
     min_reps: int = 3           # Launches before an early stop may be decided.
-    stop_factor: float = 2.0    # Stop timing once the median so far exceeds this x the best.
+    # Stop timing once the median so far exceeds this x the best: with launches within a few per
+    # cent of each other, a config 30 % slower after three of them will not win.
+    stop_factor: float = 1.3
+    # Stop timing once the timed launches add up to this many milliseconds: for a kernel of
+    # milliseconds, 20 launches would cost a tenth of a second of the first call and say little
+    # more than 10 do. Sweeps, whose tables must be exact for every config, lift it (math.inf).
+    budget_ms: float = 50.0
     flush_bytes: int = 256 << 20  # L2 flush buffer (the H200's L2 is 60 MB).
     max_relerr: float = 2e-2    # Relative L2 error a correct config stays under.
     timeout_s: float = 120.0    # A config whose launch and timing take longer is killed.
@@ -194,8 +200,9 @@ def measure_config(job: Job, state: Any, config: dict, reference: list | None, b
             job.before_launch(state, config)
             times.append(timer.time_ms(lambda: job.launch(state, config)))
             job.after_launch(state, config)
-            if len(times) >= settings.min_reps and statistics.median(times) > settings.stop_factor * best_ms:
-                break  # Clearly slower than the best: more launches would not change the decision.
+            if len(times) >= settings.min_reps and (statistics.median(times) > settings.stop_factor * best_ms
+                                                    or sum(times) >= settings.budget_ms):
+                break  # Clearly slower than the best, or timed long enough: more would not change the decision.
     except Exception as e:  # noqa: BLE001 -- as for the checked launch.
         return classify(e), None
     times.sort()
