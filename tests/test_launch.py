@@ -120,11 +120,17 @@ def test_the_autotune_static_stage_compiles_what_each_config_launches(jit_on_cpu
     stage = tuned._static_stage(nargs, {})
     try:
         wanted = [{"BLOCK": 128, "num_warps": 2}, {"BLOCK": 256, "num_warps": 4}]
+        requests = [stage.describe(c) for c in wanted]
         reports = stage.reports_for(wanted)
     finally:
         stage.close()
     assert all(r.valid for r in reports), [r.reason for r in reports]
-    assert tuned.described == {"exact": 2}
+    assert tuned.described == {"exact": 4}
+    # One C launcher serves every config: built once, alongside, not by each config's worker.
+    assert [r.kernel.with_launcher for r in requests] == [False, False]
+    launchers = [r for key, r in stage.reports.items() if key[0] == "compile_also"]
+    assert [r.kernel for r in launchers] == ["launcher"]
+    assert launchers[0].valid or "launcher was not built ahead" in launchers[0].reason  # No CUDA driver here.
     for config in wanted:
         _launch({**nargs, **config})
     assert jit_on_cpu[-2:] == [True, True]
@@ -146,6 +152,8 @@ def test_descriptor_kernels_are_described_with_the_block_shape_their_pre_hook_se
     try:
         request = stage.describe({"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4})
         assert request.kernel.signature["in_desc"] == "tensordesc<fp16[64, 64]>"
+        # A TMA descriptor's launcher code depends on the compiled kernel: each config builds its own.
+        assert request.kernel.with_launcher and not stage._also
         assert nargs["in_desc"].block_shape == [1, 1]  # The hook ran on a copy of the caller's descriptor.
         report, = stage.reports_for([{"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4}])
     finally:

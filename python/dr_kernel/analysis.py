@@ -55,6 +55,56 @@ class LaunchSource:
     attrs: dict
     options: dict
     target: Any
+    # Whether the compile worker also builds the kernel's C launcher (prebuild_launcher); False
+    # when a LauncherSource request builds it alongside, once for every config.
+    with_launcher: bool = True
+
+
+@dataclass(frozen=True)
+class LauncherSource:
+    """The C launcher Triton builds (with the system C compiler, 0.3 s) the first time a process
+    launches a kernel signature. Its code depends on the argument types only, so every config of a
+    kernel without TMA descriptors shares one; built in a compile worker while the configs compile,
+    it is in Triton's cache when the first launch looks for it. `signature` is a LaunchSource's."""
+
+    signature: dict
+
+    @staticmethod
+    def of(source: LaunchSource) -> LauncherSource | None:
+        """The launcher `source`'s launches need, or None where it cannot be built ahead: not
+        CUDA, or TMA descriptor arguments (their launcher code depends on the compiled kernel)."""
+        if getattr(source.target, "backend", None) != "cuda":
+            return None
+        if any(isinstance(t, str) and t.startswith("tensordesc") for t in _flat(source.signature.values())):
+            return None
+        return LauncherSource(dict(source.signature))
+
+
+def _flat(types) -> list:
+    out = []
+    for t in types:
+        out.extend(_flat(t) if isinstance(t, tuple) else [t])
+    return out
+
+
+def build_launcher(source: LauncherSource) -> StaticReport:
+    """Builds `source`'s launcher into Triton's cache, as CudaLauncher does (Triton 3.6); the
+    report is valid when it was built or found there."""
+    start = time.perf_counter()
+    report = StaticReport(kernel="launcher", config={})
+    try:
+        from triton.backends.nvidia.driver import include_dirs, libraries, library_dirs, make_launcher
+        from triton.runtime.build import compile_module_from_src
+
+        code = make_launcher({}, dict(source.signature), None)
+        compile_module_from_src(src=code, name="__triton_launcher", library_dirs=library_dirs(),
+                                include_dirs=include_dirs, libraries=libraries)
+        report.valid = True
+    except Exception as error:  # noqa: BLE001 -- the first launch builds it, as without dr_kernel.
+        report.reason = f"the launcher was not built ahead ({type(error).__name__}: {error})"
+    report.compile_s = time.perf_counter() - start
+    report.phases_s["launcher"] = report.compile_s
+    return report
 
 
 @dataclass(frozen=True)
@@ -247,10 +297,14 @@ class StaticReport:
     cache_hit: bool | None = None
     binary_hash: str | None = None
     ttgir: str | None = field(default=None, repr=False)
+    # The worker's seconds by part: the compile itself, building the C launcher, reading the
+    # binary's resource usage.
+    phases_s: dict[str, float] = field(default_factory=dict, repr=False)
 
     def to_dict(self, with_ir: bool = False) -> dict[str, Any]:
         """Returns the report as plain data; the IR text is left out unless asked for."""
         data = asdict(self)
+        data.pop("phases_s")  # Timing of one worker, not a property of the config.
         if not with_ir:
             data.pop("ttgir")
         return data
@@ -496,8 +550,10 @@ def analyse(kernel: BuiltinKernel | LaunchSource | tuple, shape: Mapping[str, An
         report.compile_s = time.perf_counter() - start
         report.reason = f"did not compile: {_error_summary(error)}"
         return report
-    if isinstance(kernel, LaunchSource) and not report.cache_hit:
+    report.phases_s["compile"] = time.perf_counter() - start
+    if isinstance(kernel, LaunchSource) and kernel.with_launcher and not report.cache_hit:
         prebuild_launcher(compiled)
+        report.phases_s["launcher"] = time.perf_counter() - start - report.phases_s["compile"]
     report.compile_s = time.perf_counter() - start
 
     metadata = compiled.metadata
@@ -506,11 +562,14 @@ def analyse(kernel: BuiltinKernel | LaunchSource | tuple, shape: Mapping[str, An
     report.threads = num_warps * device.warp_size
     report.ttgir = compiled.asm.get("ttgir")
     report.binary_hash = binary_hash(compiled.kernel, report.shared, num_warps, int(metadata.num_ctas))
+    read = time.perf_counter()
     try:
         report.n_regs, report.n_spills = binary_resources(compiled.kernel, compiled.asm.get("ptx"), device)
     except Exception as error:  # noqa: BLE001 - an unreadable binary is reported, not raised.
         report.reason = f"compiled, but its resource usage could not be read: {_error_summary(error)}"
         return report
+    finally:
+        report.phases_s["resources"] = time.perf_counter() - read
 
     fit = occupancy(report.n_regs, report.shared, num_warps, device)
     report.blocks_per_sm, report.active_warps = fit.blocks_per_sm, fit.active_warps

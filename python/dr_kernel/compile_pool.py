@@ -30,12 +30,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .analysis import H200, DeviceLimits, LaunchSource, StaticReport, analyse
+from .analysis import H200, DeviceLimits, LauncherSource, LaunchSource, StaticReport, analyse, build_launcher
 from .kernels import BuiltinKernel, get
 
 
@@ -44,9 +45,10 @@ class CompileRequest:
     """One configuration of one problem to compile: the unit of work of the pool.
 
     `kernel` is a built-in kernel's name, a tuple (fn, signature, constexprs) or
-    (fn, signature, constexprs, attrs) for any @triton.jit function, or a LaunchSource (a launch
-    described exactly, see launch.py); a function travels to the workers as a "module:qualname"
-    reference, so it must be defined at the top level of a module.
+    (fn, signature, constexprs, attrs) for any @triton.jit function, a LaunchSource (a launch
+    described exactly, see launch.py) or a LauncherSource (only the C launcher of a signature);
+    a function travels to the workers as a "module:qualname" reference, so it must be defined at
+    the top level of a module.
     """
 
     kernel: Any
@@ -61,6 +63,8 @@ class CompileRequest:
             return self.kernel
         if isinstance(self.kernel, BuiltinKernel):
             return self.kernel.name
+        if isinstance(self.kernel, LauncherSource):
+            return "launcher"
         fn = self.kernel.fn if isinstance(self.kernel, LaunchSource) else self.kernel[0]
         if isinstance(fn, str):
             return fn.rsplit(":", 1)[-1]
@@ -126,6 +130,8 @@ def _portable(request: CompileRequest) -> CompileRequest:
 def analyse_request(request: CompileRequest) -> StaticReport:
     """Compiles one request with analysis.analyse(); the pool's default task."""
     kernel = request.kernel
+    if isinstance(kernel, LauncherSource):
+        return build_launcher(kernel)
     if isinstance(kernel, str):
         kernel = get(kernel)
     elif isinstance(kernel, LaunchSource) and isinstance(kernel.fn, str):
@@ -231,6 +237,48 @@ def fork_workers() -> bool:
     DR_KERNEL_COMPILE_FORK=0."""
     return (sys.platform.startswith("linux") and not os.environ.get("TRITON_INTERPRET")
             and os.environ.get("DR_KERNEL_COMPILE_FORK", "1") != "0")
+
+
+_WARMING: list[threading.Thread] = []
+_WARMING_LOCK = threading.Lock()
+
+
+def warm_compiler() -> None:
+    """Does once, in this process, what the first compile of every fresh process does: hash
+    Triton's own files and library for its cache keys (0.3 s), import the code generator and ask
+    ptxas its version. Forked workers inherit the result, so none of them pays it again, and
+    sixteen of them do not hash the same 400 MB at once. Best effort: a part that fails is left to
+    the workers."""
+    with contextlib.suppress(Exception):
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    with contextlib.suppress(Exception):
+        import triton.compiler.code_generator  # noqa: F401
+        from triton.backends.nvidia.compiler import get_ptxas_version
+
+        get_ptxas_version()
+
+
+def start_warming() -> None:
+    """Starts warm_compiler() in a background thread, once per process, when workers will be
+    forked: it runs while the program goes on importing and building its model."""
+    if not fork_workers():
+        return
+    with _WARMING_LOCK:
+        if not _WARMING:
+            thread = threading.Thread(target=warm_compiler, name="dr_kernel-warm-compiler", daemon=True)
+            thread.start()
+            _WARMING.append(thread)
+
+
+def wait_warmed() -> None:
+    """Waits for start_warming()'s thread: a fork while it imports would leave the child holding
+    a lock that no thread of the child will release."""
+    with _WARMING_LOCK:
+        threads = list(_WARMING)
+    for thread in threads:
+        thread.join()
 
 
 class _Worker:
@@ -452,6 +500,8 @@ class CompilePool:
 
     def _top_up(self, wanted: int) -> None:
         # Replaces dead workers and starts new ones while fewer than `wanted` are alive.
+        if self.fork and len(self._pool) < wanted:
+            wait_warmed()
         while len(self._pool) < wanted:
             self._pool.append(_Worker(self.task, fork=self.fork))
 

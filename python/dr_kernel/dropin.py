@@ -13,7 +13,7 @@ is accepted and always in effect: every winner goes to the results store.
 
 What differs is how the list is tuned (tuner.py): its configs compile in parallel in a process
 pool, measuring launches run on a copy of the arguments and are checked against the list's first
-config, lists longer than 24 configs are searched rather than measured whole, and ``widen=True``
+config, lists longer than 32 configs are searched rather than measured whole, and ``widen=True``
 also searches past the list (the product of the values it uses, one step beyond each end).
 """
 
@@ -71,7 +71,7 @@ def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_va
 
     Beyond Triton's arguments: ``widen`` searches past the list when every config can be checked
     against its first; ``max_evals`` caps the configs measured per key (default: the whole list
-    up to 24 configs, else half of it, at least 24); ``strategy``, ``seed``, ``db`` (the results
+    up to 32 configs, else half of it, at least 32); ``strategy``, ``seed``, ``db`` (the results
     store) and ``max_seconds`` as for @optimize.
     """
     bench = _do_bench(do_bench, warmup, rep, use_cuda_graph)

@@ -266,6 +266,10 @@ def config_key(config: Mapping[str, Any]) -> tuple:
     return tuple(sorted((k, v) for k, v in config.items() if k != "__grid__"))
 
 
+# Lists of up to this many configs are measured whole; longer ones are searched (TunedKernel._budget).
+WHOLE_LIST = 32
+
+
 # ----- the compile pool every tuned kernel of the process shares ------------------------------------
 
 _POOL_LOCK = threading.Lock()
@@ -387,6 +391,15 @@ class TunedKernel(TritonAutotuner):
         # How the static stage described configs to the compiler: captured from Triton's JIT
         # ("exact": the launch then loads the binary) or by kernels/base.py's rules ("by rule").
         self.described = collections.Counter()
+        # Where this kernel's tunings spent their seconds, summed over keys: describing it to the
+        # compiler, waiting for the reference config's compile, setting up the measuring state,
+        # the sessions themselves (their own split is in last_session.split_s) and the store.
+        self.phases_s: collections.Counter = collections.Counter()
+        self.compile_phases_s: list[dict] = []  # The last tuning's, one dict per compiled config.
+        if static_checks:
+            from .compile_pool import start_warming
+
+            start_warming()  # The compile workers' one-time costs, paid while the program starts.
 
     @property
     def __name__(self) -> str:
@@ -514,7 +527,9 @@ class TunedKernel(TritonAutotuner):
             return self._to_config(candidates[0]), False
         device = _device_name({**nargs, **kwargs})
         store_key = self.store_key(key, device, candidates or [self.space_dict or {}])
+        looked = time.perf_counter()
         stored = self.store().get_winner(store_key)
+        self.phases_s["store"] += time.perf_counter() - looked
         if stored is not None:
             return self._to_config(stored[0]), False
         config = self._tune(nargs, kwargs, key, device, store_key, candidates)
@@ -553,7 +568,7 @@ class TunedKernel(TritonAutotuner):
         """A StaticStage that compiles this kernel's configs for the call's device in the shared
         compile pool, or None (with one warning per kernel) when the kernel or its arguments
         cannot be described to the compiler: then every config is measured unvetted."""
-        from .analysis import H200, device_limits
+        from .analysis import H200, LauncherSource, device_limits
         from .compile_pool import CompileRequest, function_reference, jit_function
         from .kernels.base import Pointer, specialise
         from .launch import launch_source
@@ -567,6 +582,7 @@ class TunedKernel(TritonAutotuner):
         limits = device_limits(tensor.device) if cuda else H200
         hooks = {config_key(config_dict(c)): c.pre_hook for c in self.listed or () if getattr(c, "pre_hook", None)}
         shared_hook = self._shared_pre_hook()
+        launcher: list = [None]  # The LauncherSource built once for every config, if any.
 
         def exact(config: dict):
             # What the launch itself would compile (launch.py), when Triton's JIT can say.
@@ -591,7 +607,8 @@ class TunedKernel(TritonAutotuner):
             if reference.startswith("__main__:"):
                 raise ValueError("it is defined in __main__, which a compile worker cannot import")
             try:
-                exact(self._first_config())
+                first = exact(self._first_config())
+                launcher[0] = LauncherSource.of(first) if first is not None else None
             except Exception:  # noqa: BLE001 -- then the rules must describe it.
                 by_rule(self._first_config())
         except Exception as error:  # noqa: BLE001 -- any failure to describe only turns the checks off.
@@ -608,13 +625,20 @@ class TunedKernel(TritonAutotuner):
                 source = None
             self.described["exact" if source is not None else "by rule"] += 1
             if source is not None:
+                if launcher[0] is not None and LauncherSource.of(source) == launcher[0]:
+                    source = dataclasses.replace(source, with_launcher=False)  # Built once, alongside.
                 return CompileRequest(source, config, None, "", limits)
             try:
                 return by_rule(config)
             except Exception as error:  # noqa: BLE001 -- the session turns the static checks off, and measures.
                 raise RuntimeError(f"config {config} cannot be described to the compiler ({error})") from error
 
-        return StaticStage(shared_compile_pool(self.compile_timeout), describe, own_pool=False)
+        stage = StaticStage(shared_compile_pool(self.compile_timeout), describe, own_pool=False)
+        if launcher[0] is not None:
+            # The C launcher every config's launch needs, built while the configs compile rather
+            # than after the first one (and waited for with it).
+            stage.compile_also([CompileRequest(launcher[0], {}, None, "", limits)])
+        return stage
 
     def _compile_checks_ahead(self, stage, nargs: dict) -> None:
         """Queues the kernels that check this call's configs (device_ops.py) in the compile pool
@@ -673,10 +697,13 @@ class TunedKernel(TritonAutotuner):
         if self.max_evals is not None:
             return self.strategy, self.max_evals
         # A list short enough is measured whole: once its configs compile in parallel, timing
-        # them all costs well under a second. Longer lists are searched by the strategy.
-        if len(candidates) <= 24:
+        # them all costs well under a second (a config 1.3x slower than the best is timed three
+        # times). Longer lists are searched by the strategy. On the H200 the agent's search of a
+        # 32-config list (Liger's MLP) spent 0.8 s refitting its cost model to save 8 timings of
+        # about 0.05 s each: below that length a search does not pay.
+        if len(candidates) <= WHOLE_LIST:
             return "exhaustive", len(candidates)
-        return self.strategy, max(24, math.ceil(len(candidates) / 2))
+        return self.strategy, max(WHOLE_LIST, math.ceil(len(candidates) / 2))
 
     def _tune(self, nargs: dict, kwargs: dict, key: tuple, device: str, store_key: str,
               candidates: list[dict]) -> dict:
@@ -697,15 +724,18 @@ class TunedKernel(TritonAutotuner):
             g = grid(self.resolved(nargs, kwargs, config)) if callable(grid) else grid
             return tuple(g) if isinstance(g, (tuple, list)) else (g,)
 
+        phase = time.perf_counter()
         stage = self._static_stage(nargs, kwargs)
         if stage is not None:
             self._compile_checks_ahead(stage, nargs)
             stage.guess(candidates)  # Every listed config compiles in parallel from now on.
+            phase = self._phase("describe", phase)
             if reference_configs:
                 try:
                     stage.reports_for(reference_configs[:1])  # The reference launch then loads it from the cache.
                 except RuntimeError:
                     pass  # It cannot be described: the launch compiles it, and the session measures unvetted.
+            phase = self._phase("reference compile", phase)
         strategy, budget = self._budget(candidates)
         sessions = []
         try:
@@ -721,7 +751,9 @@ class TunedKernel(TritonAutotuner):
                     measure_configs, close = pool.measure, pool.close
                     note = None
                 else:
+                    phase = time.perf_counter()
                     state = job.setup(devices[0] if devices[0] != "cpu" else _tensor_device(nargs))
+                    self._phase("setup", phase)
                     measure_configs, close = _in_process(job, state, self.settings, devices[0], self._do_bench), None
                     note = state["note"]
                 if note is not None:
@@ -750,7 +782,9 @@ class TunedKernel(TritonAutotuner):
                                        confirm_within=self.settings.confirm_within, known=known)
 
                 try:
+                    phase = time.perf_counter()
                     session = tune(space, strategy, budget)
+                    self._phase("session", phase)
                     statuses = session.statuses()
                     if checked and statuses.get("ok", 0) == 0 and statuses.get("wrong", 0) > 0:
                         # Not one config agreed with the reference: the check, not every config, is wrong.
@@ -776,13 +810,17 @@ class TunedKernel(TritonAutotuner):
                             # the slowest listed config's compile, then counts as failed.
                             listed_s = [r.compile_s for r in stage.reports.values() if r.compile_s]
                             stage.timeout_s = max(10.0, 3.0 * max(listed_s, default=10.0))
+                        phase = time.perf_counter()
                         sessions.append(tune(widened_space(candidates), self.strategy, len(known) + extra, known))
+                        self._phase("session", phase)
                 finally:
                     if close is not None:
                         close()
                 break
         finally:
             if stage is not None:
+                # The compile workers' seconds by part, per config, for reports (benchmarks).
+                self.compile_phases_s = [dict(r.phases_s) for r in stage.reports.values() if r.phases_s]
                 stage.close()
         history = [h for s in sessions for h in s.history] if sessions else session.history
         if sessions:
@@ -800,8 +838,10 @@ class TunedKernel(TritonAutotuner):
                 raise LaunchError(f"{self.__name__} with config {config} raised {m.get('error')}")
             raise RuntimeError(f"tuning {self.__name__} for key {key}: none of the {len(history)} configs measured "
                                f"ran correctly ({session.statuses()}); check the kernel, its reference and the space")
+        phase = time.perf_counter()
         try:
             store.put_winner(store_key, session.best_config, session.best_ms, len(history))
+            self._phase("store", phase)
         except OSError as error:  # The winner stands for this process; a later one tunes again.
             self._note(f"{self.__name__}: the winner for key {key} could not be stored ({error}); later processes "
                        "will tune this key again")
@@ -839,6 +879,11 @@ class TunedKernel(TritonAutotuner):
                    f"{len(groups[ours])} (the first config that ran among them) on another; the majority's is taken "
                    f"as the reference and the configs are measured again against {json.dumps(winner, sort_keys=True)}.")
         return winner
+
+    def _phase(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self.phases_s[name] += now - since
+        return now
 
     def _note(self, text: str) -> None:
         self.notes.append(text)

@@ -173,7 +173,8 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         }
       }
     }
-    if (model) {
+    // A refit after the last measurement the budget allows would guide nothing.
+    if (model && !evaluator.exhausted()) {
       for (size_t i = 0; i < batch.size(); ++i) unfitted.emplace_back(space.Named(batch[i]), results[i]);
       double trust = 0;
       for (const auto& s : sessions) trust += s.trust() / walkers;
