@@ -1,15 +1,16 @@
 """First call and steady state of real libraries' autotuned ops: stock triton.autotune against
 dr_kernel's drop-in (install(), no edit of the library), on the GPU.
 
-    python3 benchmarks/library_bench.py --out DIR [--ops gems_layer_norm,...] [--modes stock,dr,widen]
+    python3 benchmarks/library_bench.py --out DIR [--ops gems_layer_norm,...] [--modes floor,stock,dr,widen]
 
 Each (op, mode) runs in a fresh process with a fresh Triton cache and a fresh results store, so
-every first call compiles and tunes from nothing. An op is one forward and one backward at an LLM
-shape (bf16, 8192 tokens). Per run: the first call's wall time (inputs ready, synchronised), then
-the steady-state step (median of 50 timed steps after 10 warm-ups, CUDA events) and its GPU time
-(the summed durations of its kernels, profiler, median of 20 steps), how many of the library's
-autotuned kernels dr_kernel took over and how many it handed back. Results: one JSON
-line per run in DIR/library_bench.jsonl, a table at the end.
+every first call compiles and tunes from nothing. Mode `floor` keeps only each list's first
+config (nothing is timed): first call minus floor is what tuning cost. An op is one forward and
+one backward at an LLM shape (bf16, 8192 tokens). Per run: the first call's wall time (inputs
+ready, synchronised), then the steady-state step (median of 50 timed steps after 10 warm-ups,
+CUDA events) and its GPU time (the summed durations of its kernels, profiler, median of 20
+steps), how many of the library's autotuned kernels dr_kernel took over and how many it handed
+back. Results: one JSON line per run in DIR/library_bench.jsonl, a table at the end.
 """
 
 from __future__ import annotations
@@ -127,9 +128,18 @@ def tuned_kernels() -> dict:
                 entry.update(evaluations=obj.evaluations, tuning_s=round(obj.tuning_s, 3),
                              statuses=obj.last_session.statuses() if obj.last_session else None,
                              described=dict(obj.described), notes=obj.notes[:3],
-                             split_s=obj.last_session.split_s if obj.last_session else None)
+                             split_s=obj.last_session.split_s if obj.last_session else None,
+                             phases_s={k: round(v, 3) for k, v in obj.phases_s.items()},
+                             worker_s=_worker_phases(obj.compile_phases_s))
             out[obj.base_fn.__name__] = entry
     return out
+
+
+def _worker_phases(phases: list[dict]) -> dict:
+    """The compile workers' seconds by part (compile, launcher, resources): median and max."""
+    names = sorted({k for p in phases for k in p})
+    return {k: [round(statistics.median(v), 3), round(max(v), 3)]
+            for k in names if (v := [p[k] for p in phases if k in p])}
 
 
 def gpu_time_ms(step, steps: int = 20) -> float:
@@ -153,6 +163,23 @@ def gpu_time_ms(step, steps: int = 20) -> float:
     return statistics.median(per_step)
 
 
+def pin_first_configs() -> None:
+    """The floor: triton.autotune keeps only each list's first config, so that a first call
+    compiles one config per kernel and times none. What it costs beyond that is the one-time cost
+    of the process (CUDA, imports the op pulls in, the library's other kernels), which no autotuner
+    can remove; first call minus floor is what tuning costs."""
+    import triton
+    import triton.runtime
+    import triton.runtime.autotuner as autotuner
+
+    original = autotuner.autotune
+
+    def first_only(configs, key, **kwargs):
+        return original(list(configs)[:1], key, **kwargs)
+
+    triton.autotune = triton.runtime.autotune = autotuner.autotune = first_only
+
+
 def child(op: str, mode: str, profile: bool = False) -> dict:
     import torch
     from triton import knobs
@@ -163,7 +190,9 @@ def child(op: str, mode: str, profile: bool = False) -> dict:
         compiles["hit" if cache_hit else "miss"] += 1
 
     knobs.compilation.listener = listen
-    if mode != "stock":
+    if mode == "floor":
+        pin_first_configs()
+    elif mode != "stock":
         import dr_kernel
 
         dr_kernel.install(widen=mode == "widen")
@@ -193,9 +222,15 @@ def child(op: str, mode: str, profile: bool = False) -> dict:
               "compiles_in_process": compiles, "kernels": tuned_kernels()}
     if profiler is not None:
         text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
-        result["profile"] = text.getvalue()[-12000:]
-    if mode != "stock":
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)
+        result["profile"] = text.getvalue()[-16000:]
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(30)
+        result["profile_self"] = text.getvalue()[-8000:]
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats("dr_kernel", 40)
+        result["profile_dr"] = text.getvalue()[-10000:]
+    if mode not in ("stock", "floor"):
         import dr_kernel
 
         result["taken_over"] = len(dr_kernel.taken_over())
@@ -232,7 +267,8 @@ def main() -> int:
                 t0 = time.time()
                 try:
                     command = [sys.executable, __file__, "--out", args.out, "--child", op, mode]
-                    out = subprocess.run(command + (["--profile"] if args.profile and mode != "stock" else []),
+                    profiled = args.profile and mode not in ("stock", "floor")
+                    out = subprocess.run(command + (["--profile"] if profiled else []),
                                          capture_output=True, text=True, env=env, timeout=args.timeout)
                     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
                     lines = out.stderr.splitlines()
