@@ -5,8 +5,10 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from dr_kernel import POLICY_FILE, _core
@@ -277,3 +279,28 @@ def test_report_names_each_problems_best_config(tmp_path, recorded_paths):
     best = [c for c, m in table.rows() if m["status"] == "ok" and m["ms"] == table.oracle_ms][0]
     assert report["best_config"] == best
     assert run_cli("report", "--db", str(db), "--family", "matmul", "--json").stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("command", [["replay", "--strategy", "anneal", "--budget", "300", "--repeats", "500"],
+                                     ["train", "--ppo-steps", "10000000"]])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_stop_replay_and_train_at_once(tmp_path, command, signum):
+    # Both run in C++ for minutes; they used to finish the current strategy first (60 s and more),
+    # then claim that results were "in the store". Each gets a few seconds to reach its C++ loop.
+    out = tmp_path / "agent"
+    if command[0] == "train":
+        command = [*command, "--out", str(out)]
+    process = subprocess.Popen([sys.executable, "-m", "dr_kernel.cli", *command], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(5)
+    assert process.poll() is None, "it ended before the signal: give it more work"
+    sent = time.monotonic()
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
+    waited = time.monotonic() - sent
+    assert process.returncode == 130, err[-2000:]
+    assert waited < 10, f"{command[0]} took {waited:.1f} s to stop"
+    assert "interrupted" in err and "in the store" not in err and "Traceback" not in err
+    if command[0] == "train":
+        assert not out.exists() or not any(out.iterdir())  # No agent file half written.

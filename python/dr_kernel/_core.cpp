@@ -14,6 +14,7 @@
 
 #include "dr_kernel/agent/agent.h"
 #include "dr_kernel/evaluator.h"
+#include "dr_kernel/interrupt.h"
 #include "dr_kernel/replay.h"
 #include "dr_kernel/space.h"
 #include "dr_kernel/store.h"
@@ -148,7 +149,18 @@ NB_MODULE(_core, m) {
       set(PyExc_ValueError, e.what());
     } catch (const rl::ModelFormatError& e) {
       set(PyExc_ValueError, e.what());
+    } catch (const Interrupted&) {
+      // The signal handler's own exception (KeyboardInterrupt, or what the program's handler
+      // raised) is already set by the check below; it is what the caller sees.
+      if (!PyErr_Occurred()) PyErr_SetNone(PyExc_KeyboardInterrupt);
     }
+  });
+  // Replays and training poll this between units of work, with the GIL released: a signal that
+  // arrived meanwhile (Ctrl-C, the CLI's SIGTERM handler) runs its Python handler here.
+  SetInterruptCheck([] {
+    if (!Py_IsInitialized()) return false;
+    nb::gil_scoped_acquire acquire;
+    return PyErr_CheckSignals() != 0;
   });
 
   nb::class_<Space>(m, "Space")

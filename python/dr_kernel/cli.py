@@ -819,6 +819,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What an interrupted command leaves behind, said when it is interrupted.
+INTERRUPTED = {
+    "tune": "every result measured so far is in the store",
+    "evaluate": "every result measured so far is in the store",
+    "replay": "nothing was written (a replay only reads its tables)",
+    "train": "no agent file was written; those in --out are as they were",
+    "report": "nothing was written",
+}
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -832,7 +842,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:
-        print(f"dr-kernel {args.command}: interrupted; every result measured so far is in the store", file=sys.stderr)
+        print(f"dr-kernel {args.command}: interrupted; {INTERRUPTED.get(args.command, 'what it wrote before is kept')}",
+              file=sys.stderr)
         return 130
     except UsageError as e:
         print(f"dr-kernel {args.command}: {e}", file=sys.stderr)

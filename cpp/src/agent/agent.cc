@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "dr_kernel/env.h"
+#include "dr_kernel/interrupt.h"
 
 namespace dr_kernel::agent {
 
@@ -145,6 +146,7 @@ Agent TrainAgent(const std::vector<ProblemTable>& tables, const TrainOptions& op
     for (const auto& t : tables) without_family.emplace(t.problem.family, nullptr);
     if (without_family.size() < 2) without_family.clear();
     for (auto& [family, model] : without_family) {
+      PollInterrupt();
       model = std::make_shared<CostModel>(options.model);
       for (const auto& t : tables)
         if (t.problem.family != family) model->Add(t);
@@ -153,6 +155,7 @@ Agent TrainAgent(const std::vector<ProblemTable>& tables, const TrainOptions& op
     }
   }
   for (size_t i = 0; i < tables.size(); ++i) {
+    PollInterrupt();
     const Space space = TableSpace(tables[i]);
     std::unique_ptr<CostModel> others;
     if (options.use_model) {

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "dr_kernel/interrupt.h"
+
 namespace dr_kernel::agent {
 
 rl::PpoConfig PretrainOptions::DefaultPpo() {
@@ -31,6 +33,7 @@ rl::Demonstrations Record(std::shared_ptr<const std::vector<Task>> tasks, const 
   std::vector<std::vector<uint8_t>> masks;
   std::vector<int> actions;
   for (int e = 0; e < options.bc_episodes; ++e) {
+    PollInterrupt();
     auto o = env.Reset(rng.Next());
     for (;;) {
       const auto mask = env.Mask();

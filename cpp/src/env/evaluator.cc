@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "dr_kernel/interrupt.h"
+
 namespace dr_kernel {
 
 Evaluator::Evaluator(Env& env, Budget budget) : env_(env), budget_(budget) {}
@@ -16,6 +18,7 @@ const Measurement* Evaluator::Lookup(const Config& config) const {
 }
 
 std::vector<Measurement> Evaluator::Evaluate(const std::vector<Config>& configs) {
+  PollInterrupt();  // A replay or a tuning session stops here when the user asks.
   // Which configs need measuring: valid, new, and each once even if the batch repeats it.
   std::vector<Config> fresh;
   std::vector<uint64_t> fresh_index;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dr_kernel/interrupt.h"
 #include "dr_kernel/strategy.h"
 
 namespace dr_kernel {
@@ -34,6 +35,7 @@ ReplayReport Replay(const std::vector<ProblemTable>& tables, const ReplaySetting
     std::vector<std::vector<double>> curves;  // Per run: best-so-far / oracle after each evaluation.
     std::vector<double> seconds_to_within;
     for (int r = 0; r < settings.repeats; ++r) {
+      PollInterrupt();
       env.Reset(settings.seed + r);
       Evaluator evaluator(env, Budget{budget});
       RunStrategy(settings.strategy, evaluator, settings.seed + r, settings.options);

@@ -7,6 +7,8 @@
 #include <string>
 #include <thread>
 
+#include "dr_kernel/interrupt.h"
+
 namespace dr_kernel::rl {
 
 namespace {
@@ -394,6 +396,7 @@ BcStats BehaviourCloning(ActorCritic* model, const Demonstrations& data, const B
   Eigen::VectorXd actor_grad(model->actor().num_params()), critic_grad(model->critic().num_params());
   BcStats stats;
   for (int epoch = 0; epoch < config.epochs; ++epoch) {
+    PollInterrupt();
     rng.Shuffle(order);
     for (Eigen::Index start = 0; start < n; start += config.minibatch_size) {
       const Eigen::Index count = std::min<Eigen::Index>(config.minibatch_size, n - start);

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "dr_kernel/interrupt.h"
+
 namespace dr_kernel::rl {
 
 namespace {
@@ -122,6 +124,7 @@ TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint6
     }
     buffer.ComputeAdvantages(model.Values(obs), config.gamma, config.gae_lambda);
 
+    PollInterrupt();
     TrainLog entry;
     entry.update = learner.Update(buffer, rng);
     result.steps += per_update;
