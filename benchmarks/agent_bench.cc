@@ -29,8 +29,8 @@ const Fixture& Get() {
 
 // A session on the 4096^3 matmul space (1,440 configs) after 30 measurements of random configs;
 // `sampler` goes on with configs not measured yet. Members refer to each other: never copied.
-struct MeasuredSession {
-  explicit MeasuredSession(const Fixture& f)
+struct MeasuredWalk {
+  explicit MeasuredWalk(const Fixture& f)
       : trained(*f.agent),
         table(f.tables[3]),
         space(agent::TableSpace(table)),
@@ -41,15 +41,15 @@ struct MeasuredSession {
         sampler(space, rng) {
     for (int i = 0; i < 30; ++i) Measure(session, *sampler.Next());
   }
-  MeasuredSession(const MeasuredSession&) = delete;
+  MeasuredWalk(const MeasuredWalk&) = delete;
 
-  void Measure(agent::Session& s, const Config& c) const {
+  void Measure(agent::Walk& s, const Config& c) const {
     const Measurement* m = env.Lookup(c);
     s.TakeMeasured({c, true}, m ? *m : Measurement{});
   }
 
   // One proposal of the policy from `s`: observation, mask, a greedy step.
-  void Propose(const agent::Session& s) {
+  void Propose(const agent::Walk& s) {
     const auto obs = s.Observation();
     const auto allowed = s.Mask();
     for (int i = 0; i < agent::kObservationSize; ++i) x(0, i) = obs[i];
@@ -62,7 +62,7 @@ struct MeasuredSession {
   const Space space;
   const agent::Prior prior;
   ReplayEnv env;
-  agent::Session session;
+  agent::Walk session;
   Rng rng;
   UniqueSampler sampler;
   Eigen::MatrixXd x = Eigen::MatrixXd(1, agent::kObservationSize);
@@ -71,7 +71,7 @@ struct MeasuredSession {
 
 // One proposal after 30 measurements.
 void BM_Proposal(benchmark::State& state) {
-  MeasuredSession w(Get());
+  MeasuredWalk w(Get());
   for (auto _ : state) w.Propose(w.session);
 }
 BENCHMARK(BM_Proposal)->Unit(benchmark::kMicrosecond);
@@ -80,10 +80,10 @@ BENCHMARK(BM_Proposal)->Unit(benchmark::kMicrosecond);
 // candidates with corrected predictions and failure beliefs) is recomputed: a copy of the session
 // after 30 measurements records a 31st, then proposes. The copy is part of the time.
 void BM_ProposalAfterMeasurement(benchmark::State& state) {
-  MeasuredSession w(Get());
+  MeasuredWalk w(Get());
   const auto next = *w.sampler.Next();
   for (auto _ : state) {
-    agent::Session s = w.session;
+    agent::Walk s = w.session;
     w.Measure(s, next);
     w.Propose(s);
   }

@@ -5,6 +5,7 @@ import math
 import subprocess
 import sys
 
+import pytest
 from dr_kernel import MODEL_FILE, POLICY_FILE, _core
 
 
@@ -75,3 +76,30 @@ def test_train_needs_an_out_folder_and_enough_measured_rows(tmp_path, table_path
     assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "agent").exists()
     out = train("--out", str(few))
     assert out.returncode == 2 and f"--out {few} is a file" in out.stderr
+
+
+def test_holdout_family_replays_each_family_with_an_agent_that_never_saw_it(tables, monkeypatch):
+    from dr_kernel import holdout
+
+    chosen = [t for t in tables if t.problem["family"] in ("rmsnorm", "softmax", "layernorm")]
+    shipped = _core.replay(chosen[:1], "ppo", 20, 2, 1.05, 0, {}).to_json()
+    trained_on = []
+    train = _core.train_agent
+
+    def recording(training, *args):
+        trained_on.append({t.problem["family"] for t in training})
+        return train(training, *args)
+
+    monkeypatch.setattr(_core, "train_agent", recording)
+    report = holdout.replay_held_out(chosen, "ppo", 20, 2, 1.05, 0, {}, ppo_steps=2048, bc_episodes=20, synthetic=0)
+    problems = json.loads(report.to_json())["problems"]
+    # Every problem once, each family's by an agent trained on the two others only.
+    assert sorted(json.dumps(p["shape"], sort_keys=True) for p in problems) == \
+        sorted(json.dumps(t.problem["shape"], sort_keys=True) for t in chosen)
+    assert sorted(map(sorted, trained_on)) == [["layernorm", "rmsnorm"], ["layernorm", "softmax"],
+                                                ["rmsnorm", "softmax"]]
+    assert len(report.curves) == len(chosen)
+    # The shipped agent is back for whatever the process does next.
+    assert _core.replay(chosen[:1], "ppo", 20, 2, 1.05, 0, {}).to_json() == shipped
+    with pytest.raises(ValueError, match="nothing to learn from"):
+        holdout.replay_held_out(chosen[:1], "ppo", 20, 2, 1.05, 0, {}, ppo_steps=2048, bc_episodes=20)

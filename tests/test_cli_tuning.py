@@ -132,6 +132,27 @@ def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_
     assert code == 0 and "not GPU times" in out and "best:" in out
 
 
+def test_tune_goes_on_from_what_the_store_holds_and_fresh_measures_again(capsys, tmp_path):
+    # Issue 9, point 14: a second run (or a run after an interruption) re-measured every config.
+    db = tmp_path / "r.db"
+    common = ["tune", *TINY_SOFTMAX, "--space", TINY_SPACE, "--seed", "3", "--confirm", "0", "--db", str(db), "--json"]
+    code, out, _ = run(capsys, *common, "--budget", "3")
+    assert code == 0
+    first = json.loads(out)
+    stored = _core.Store(str(db)).count()
+    assert stored == 3
+    code, out, _ = run(capsys, *common, "--budget", "6")
+    second = json.loads(out)
+    assert code == 0 and second["evaluations"] == 6
+    # The same seed walks through the three stored configs again, free, and measures three more.
+    assert [h["config"] for h in second["history"][:3]] == [h["config"] for h in first["history"]]
+    assert second["measured"] + second["copied"] + second["refused"] == 3
+    assert _core.Store(str(db)).count() == stored + 3
+    code, out, _ = run(capsys, *common, "--budget", "6", "--fresh")
+    assert code == 0 and json.loads(out)["measured"] + json.loads(out)["copied"] == 6
+    assert _core.Store(str(db)).count() == stored + 3 + 6
+
+
 def test_sweep_appends_rows_the_table_reader_reads_and_resumes(capsys, tmp_path):
     out_file = tmp_path / "softmax.jsonl"
     args = ["sweep", *TINY_SOFTMAX, "--space", TINY_SPACE, "--out", str(out_file), "--db", str(tmp_path / "r.db")]

@@ -258,10 +258,13 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
 
     def step(batch: list[dict]) -> list[tuple[dict, float]]:
         reports: list[StaticReport | None] = [None] * len(batch)
-        if static is not None and trusted[0]:
+        # Configs measured before (`known`) are neither compiled nor measured again.
+        new = [i for i, c in enumerate(batch) if not (known and _key(c) in known)]
+        if static is not None and trusted[0] and new:
             waited = time.perf_counter()
             try:
-                reports = static.reports_for(batch)
+                for i, report in zip(new, static.reports_for([batch[i] for i in new]), strict=True):
+                    reports[i] = report
             except RuntimeError as error:  # The compile workers cannot start: measure without them.
                 trusted[0] = False
                 warnings.warn(f"{problem.get('family')}: static checks are off for this session ({error})",
@@ -495,11 +498,13 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
                  options: Mapping[str, float] | None = None, interpret: bool = False, store=None,
                  source: str = "tune", workers: int | None = None, compile_timeout_s: float = 120.0,
                  settings=None, on_trial=None, space=None, limits: DeviceLimits | None = None,
-                 prefetch: bool | None = None, measure_pool=None) -> SessionResult:
+                 prefetch: bool | None = None, measure_pool=None, resume: bool = False) -> SessionResult:
     """Tunes a built-in kernel on one problem: the flow @optimize runs, on the kernel's own space
     (or `space`), measuring on every visible GPU, or on the CPU in Triton's interpreter when
     `interpret` (those times order configs for testing; they are not GPU times). Static analysis
-    is for `limits` (default: the visible GPU's, or the H200's under the interpreter)."""
+    is for `limits` (default: the visible GPU's, or the H200's under the interpreter). `resume`
+    takes the configs `store` holds for this problem as measured: they count as evaluations and
+    are not measured again, so that a session stopped part-way goes on where it stopped."""
     from .analysis import device_limits
     from .measure import BuiltinJob, MeasurePool, visible_devices
     from .space import make_space
@@ -519,15 +524,31 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
     pool = measure_pool or MeasurePool(BuiltinJob(kernel.name, dict(shape), dtype), devices, settings)
     stage = StaticStage(CompilePool(workers=workers, timeout_s=compile_timeout_s),
                         builtin_describer(kernel, shape, dtype, limits))
+    known = stored_measurements(store, problem, space) if resume and store is not None else None
     try:
         return run_session(problem, space, pool.measure, static=stage, strategy=strategy, max_evals=max_evals,
                            max_seconds=max_seconds, seed=seed, options=options, store=store, source=source,
                            on_trial=on_trial, prefetch=prefetch, parallel=len(devices), confirm=settings.confirm,
-                           confirm_rounds=settings.confirm_rounds, confirm_within=settings.confirm_within)
+                           confirm_rounds=settings.confirm_rounds, confirm_within=settings.confirm_within,
+                           known=known)
     finally:
         stage.close()
         if own_pool:
             pool.close()
+
+
+def stored_measurements(store, problem: Mapping[str, Any], space) -> dict[tuple, dict]:
+    """The measurement the store holds for each config of `space` on `problem`: the median time
+    of its `ok` repeats (re-timings, earlier sessions), or its last failure when none ran."""
+    rows: dict[tuple, list[dict]] = collections.defaultdict(list)
+    for config, m in store.rows(dict(problem)):
+        if set(config) == set(space.names) and space.is_valid(config):
+            rows[_key(config)].append(m)
+    out = {}
+    for key, ms in rows.items():
+        ok = [m for m in ms if m["status"] == "ok"]
+        out[key] = sorted(ok, key=lambda m: m["ms"])[(len(ok) - 1) // 2] if ok else ms[-1]
+    return out
 
 
 def compile_workers(measuring: int) -> int:

@@ -37,38 +37,38 @@ std::vector<double> TuningEpisodeEnv::Reset(uint64_t seed) {
   Rng rng(seed);
   task_ = &(*tasks_)[rng.Below(tasks_->size())];
   budget_ = options_.min_budget + static_cast<int64_t>(rng.Below(options_.max_budget - options_.min_budget + 1));
-  session_ = std::make_unique<Session>(*task_->space, *task_->prior, task_->problem_features, budget_, options_.rewards,
+  walk_ = std::make_unique<Walk>(*task_->space, *task_->prior, task_->problem_features, budget_, options_.rewards,
                                        rng.Next());
   steps_ = 0;
   best_ms_ = kInf;
   best_after_eval_.clear();
-  return session_->Observation();
+  return walk_->Observation();
 }
 
 rl::EpisodeStep TuningEpisodeEnv::Step(int action) {
   rl::EpisodeStep out;
-  const auto move = session_->Resolve(action);
+  const auto move = walk_->Resolve(action);
   if (!move) throw std::invalid_argument("TuningEpisodeEnv::Step: action " + std::to_string(action) + " is masked");
   ++steps_;
   StepReward reward;
   if (move->measure) {
     const Measurement& m = task_->truth[task_->space->Index(move->config)];
-    reward = session_->TakeMeasured(*move, m);
+    reward = walk_->TakeMeasured(*move, m);
     if (m.ok()) best_ms_ = std::min(best_ms_, m.ms);
     best_after_eval_.push_back(best_ms_);
   } else {
-    reward = session_->TakeFree(*move);
+    reward = walk_->TakeFree(*move);
   }
   out.reward = reward.reward;
   out.credit_back = std::move(reward.credit_back);
-  const auto mask = session_->Mask();
+  const auto mask = walk_->Mask();
   bool any = false;
   for (uint8_t m : mask) any = any || m;
   // The episode ends with its budget, when nothing is left to measure, or (a safety net against
   // walking in circles) after four steps per planned measurement.
-  out.done = session_->evals() >= budget_ || !any || steps_ >= 4 * budget_;
-  out.truncated = out.done && steps_ >= 4 * budget_ && session_->evals() < budget_ && any;
-  out.obs = session_->Observation();
+  out.done = walk_->evals() >= budget_ || !any || steps_ >= 4 * budget_;
+  out.truncated = out.done && steps_ >= 4 * budget_ && walk_->evals() < budget_ && any;
+  out.obs = walk_->Observation();
   return out;
 }
 
@@ -77,7 +77,7 @@ std::unique_ptr<rl::EpisodeEnv> TuningEpisodeEnv::Clone() const {
 }
 
 int TuningEpisodeEnv::ExpertAction() const {
-  const Session& s = *session_;
+  const Walk& s = *walk_;
   if (!s.has_position()) return kJump;
   int best_action = -1;
   double best_log = s.best_log_ms();

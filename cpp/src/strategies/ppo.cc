@@ -23,10 +23,10 @@ struct Transition {
 
 // Chooses an allowed action: at random with probability epsilon, else the policy's most probable
 // one, or (when it learns) one drawn from it, so that its updates are on-policy. With probability
-// doubt x the session's random-jump probability, (1 - trust)^2, the action is a jump instead: as the
+// doubt x the walk's random-jump probability, (1 - trust)^2, the action is a jump instead: as the
 // measurements show the prior ranking badly, the walk gives way to jumps, and the jumps to random
 // search over the untried configs.
-Transition ChooseAction(const rl::ActorCritic& policy, const agent::Session& s, double epsilon, double doubt,
+Transition ChooseAction(const rl::ActorCritic& policy, const agent::Walk& s, double epsilon, double doubt,
                         bool sample, Rng& rng) {
   Transition t;
   const auto mask = s.Mask();
@@ -53,7 +53,7 @@ Transition ChooseAction(const rl::ActorCritic& policy, const agent::Session& s, 
 }
 
 // A PPO update of the session's copy of the policy on one walker's decisions so far.
-void LearnOnline(rl::ActorCritic* policy, const std::vector<Transition>& steps, const agent::Session& s,
+void LearnOnline(rl::ActorCritic* policy, const std::vector<Transition>& steps, const agent::Walk& s,
                  double learning_rate, Rng& rng) {
   rl::PpoConfig config = agent::PretrainOptions::DefaultPpo();
   config.learning_rate = learning_rate;
@@ -104,14 +104,14 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   std::unique_ptr<CostModel> model;
   if ((refit > 0 || doubt_refit > 0) && trained->model) model = std::make_unique<CostModel>(*trained->model);
   std::vector<std::pair<NamedValues, Measurement>> unfitted;
-  std::vector<std::unique_ptr<agent::Prior>> old_priors;  // Kept alive: sessions point at the current one.
+  std::vector<std::unique_ptr<agent::Prior>> old_priors;  // Kept alive: walks point at the current one.
   const auto features = agent::ProblemFeaturesFor(trained->model.get(), problem, space);
   const int64_t planned = std::min<int64_t>(evaluator.budget().max_evals, options.Int("horizon"));
   const int walkers = static_cast<int>(std::max<int64_t>(1, options.Int("walkers")));
-  std::vector<agent::Session> sessions;
+  std::vector<agent::Walk> walks;
   // Each walker explores with its own seed drawn from the session's: runs differ with the seed.
   for (int w = 0; w < walkers; ++w)
-    sessions.emplace_back(space, *prior, features, planned, agent::RewardConfig{}, rng.Next());
+    walks.emplace_back(space, *prior, features, planned, agent::RewardConfig{}, rng.Next());
   double epsilon = options.Get("epsilon");
   const double decay = options.Get("decay");
   // Online fine-tuning: the session's own copy of the policy, updated from its walkers' decisions.
@@ -127,7 +127,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     std::vector<bool> proposals_from_policy;
     std::unordered_set<uint64_t> chosen;
     for (int w = 0; w < walkers; ++w) {
-      agent::Session& s = sessions[w];
+      agent::Walk& s = walks[w];
       // Free moves (onto measured configs) cost nothing; a few in a row before a measurement.
       for (int step = 0; step < 8; ++step) {
         Transition t = ChooseAction(policy, s, epsilon, doubt, learn, rng);
@@ -165,11 +165,11 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       const auto& [walker, move] = proposals[i];
       for (int w = 0; w < walkers; ++w) {
         if (w == walker) {
-          const auto r = sessions[w].TakeMeasured(move, results[i]);
+          const auto r = walks[w].TakeMeasured(move, results[i]);
           // A forced jump (no decision of the policy) earns nothing to learn from.
           if (learn && !decisions[w].empty() && proposals_from_policy[i]) Reward(&decisions[w], r);
         } else {
-          sessions[w].Record(move.config, results[i]);
+          walks[w].Record(move.config, results[i]);
         }
       }
     }
@@ -177,7 +177,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     if (model && !evaluator.exhausted()) {
       for (size_t i = 0; i < batch.size(); ++i) unfitted.emplace_back(space.Named(batch[i]), results[i]);
       double trust = 0;
-      for (const auto& s : sessions) trust += s.trust() / walkers;
+      for (const auto& s : walks) trust += s.trust() / walkers;
       const bool due = refit > 0 && static_cast<int64_t>(unfitted.size()) >= refit;
       const bool in_doubt = doubt_refit > 0 && trust < kDoubtfulTrust &&
                             static_cast<int64_t>(unfitted.size()) >= doubt_refit;
@@ -187,14 +187,14 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         unfitted.clear();
         old_priors.push_back(std::move(prior));
         prior = std::make_unique<agent::Prior>(agent::PriorFromModel(model.get(), problem, space));
-        for (auto& s : sessions) s.Rebase(*prior);
+        for (auto& s : walks) s.Rebase(*prior);
       }
     }
     since_update += static_cast<int64_t>(batch.size());
     if (learn && since_update >= learn_every) {
       since_update = 0;
       for (int w = 0; w < walkers; ++w) {
-        if (decisions[w].size() >= 4) LearnOnline(&policy, decisions[w], sessions[w], learning_rate, rng);
+        if (decisions[w].size() >= 4) LearnOnline(&policy, decisions[w], walks[w], learning_rate, rng);
         decisions[w].clear();
       }
     }
@@ -215,7 +215,7 @@ StrategyInfo PpoStrategy() {
                      "tuning session sets 8)", 0},
            {"refit_weight", "weight of the tuned problem's rows in a refit", 10},
            {"doubt", "weight of the trust shift: probability (1 - trust)^2 times this that an action becomes a "
-                     "jump (trust: rank correlation of the session's predictions with its measurements)", 1},
+                     "jump (trust: rank correlation of the walk's predictions with its measurements)", 1},
            {"doubt_refit", "while trust is below 0.5, refit the session's cost model after this many new "
                            "measurements (0: only as `refit` says; a refit takes about a second on the bundled "
                            "tables, nothing beside a GPU measurement but most of a replay's time)", 0},

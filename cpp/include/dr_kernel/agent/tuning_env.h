@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dr_kernel/agent/session.h"
+#include "dr_kernel/agent/walk.h"
 #include "dr_kernel/rl/episode_env.h"
 #include "dr_kernel/table.h"
 
@@ -44,7 +44,7 @@ class TuningEpisodeEnv : public rl::EpisodeEnv {
   int observation_size() const override { return kObservationSize; }
   int num_actions() const override { return kNumActions; }
   std::vector<double> Reset(uint64_t seed) override;
-  std::vector<uint8_t> Mask() const override { return session_->Mask(); }
+  std::vector<uint8_t> Mask() const override { return walk_->Mask(); }
   rl::EpisodeStep Step(int action) override;
   std::unique_ptr<rl::EpisodeEnv> Clone() const override;
 
@@ -53,7 +53,7 @@ class TuningEpisodeEnv : public rl::EpisodeEnv {
   int ExpertAction() const;
 
   const Task& task() const { return *task_; }
-  const Session& session() const { return *session_; }
+  const Walk& walk() const { return *walk_; }
   // Measurements so far at which the best-so-far first came within `within` x the oracle (0: not yet).
   int64_t evals_to_within(double within) const;
 
@@ -61,7 +61,7 @@ class TuningEpisodeEnv : public rl::EpisodeEnv {
   std::shared_ptr<const std::vector<Task>> tasks_;
   EpisodeOptions options_;
   const Task* task_ = nullptr;
-  std::unique_ptr<Session> session_;
+  std::unique_ptr<Walk> walk_;
   int64_t budget_ = 0;
   int64_t steps_ = 0;
   double best_ms_ = kInf;

@@ -1,6 +1,6 @@
-// The session's trust in its prior: the rank correlation of its predictions with its measurements,
+// The walk's trust in its prior: the rank correlation of its predictions with its measurements,
 // and what low trust does to its jumps. On a recorded table, with priors made from its true times.
-#include "dr_kernel/agent/session.h"
+#include "dr_kernel/agent/walk.h"
 
 #include <gtest/gtest.h>
 
@@ -56,8 +56,8 @@ Prior PriorOf(const Truth& t, double sign, double noise, uint64_t seed) {
   return prior;
 }
 
-// Measures `n` configs by jumping, as a session does before it has a position worth walking from.
-void Jump(Session* s, const Truth& t, int n) {
+// Measures `n` configs by jumping, as a walk does before it has a position worth walking from.
+void Jump(Walk* s, const Truth& t, int n) {
   for (int i = 0; i < n; ++i) {
     const auto move = s->Resolve(kJump);
     ASSERT_TRUE(move.has_value());
@@ -65,10 +65,10 @@ void Jump(Session* s, const Truth& t, int n) {
   }
 }
 
-TEST(SessionTrustTest, AGoodPriorIsTrustedMoreAndAMirroredOneLess) {
+TEST(WalkTrustTest, AGoodPriorIsTrustedMoreAndAMirroredOneLess) {
   const Truth& t = Softmax();
   const Prior good = PriorOf(t, 1, 0.05, 1), mirrored = PriorOf(t, -1, 0.05, 1);
-  Session trusting(t.space, good, {}, 100, {}, 7), doubting(t.space, mirrored, {}, 100, {}, 7);
+  Walk trusting(t.space, good, {}, 100, {}, 7), doubting(t.space, mirrored, {}, 100, {}, 7);
   EXPECT_DOUBLE_EQ(trusting.trust(), 0.5);  // Nothing measured: the prior's own trust.
   EXPECT_EQ(trusting.ranked_pairs(), 0);
   Jump(&trusting, t, 20);
@@ -82,14 +82,14 @@ TEST(SessionTrustTest, AGoodPriorIsTrustedMoreAndAMirroredOneLess) {
   EXPECT_LT(trusting.random_jump_probability(), 0.25);
 }
 
-TEST(SessionTrustTest, LowTrustTurnsJumpsIntoRandomSearchOverUntriedConfigs) {
-  // A session whose prior ranks the table backwards measures its predicted best first, sees the
+TEST(WalkTrustTest, LowTrustTurnsJumpsIntoRandomSearchOverUntriedConfigs) {
+  // A walk whose prior ranks the table backwards measures its predicted best first, sees the
   // ranking fail, and then spreads its jumps over the space; with a good prior the jumps stay among
   // the prior's first choices.
   const Truth& t = Softmax();
   const Prior good = PriorOf(t, 1, 0.05, 2), mirrored = PriorOf(t, -1, 0.05, 2);
   auto share_outside_top = [&](const Prior& prior) {
-    Session s(t.space, prior, {}, 100, {}, 3);
+    Walk s(t.space, prior, {}, 100, {}, 3);
     Jump(&s, t, 10);
     const std::set<uint64_t> top(prior.order.begin(), prior.order.begin() + 60);
     int outside = 0;
@@ -108,10 +108,10 @@ TEST(SessionTrustTest, LowTrustTurnsJumpsIntoRandomSearchOverUntriedConfigs) {
   EXPECT_GT(share_outside_top(mirrored), 0.4);
 }
 
-TEST(SessionTrustTest, PredictedDifferencesInTheObservationScaleWithTrust) {
+TEST(WalkTrustTest, PredictedDifferencesInTheObservationScaleWithTrust) {
   const Truth& t = Softmax();
   const Prior mirrored = PriorOf(t, -1, 0.05, 4);
-  Session s(t.space, mirrored, {}, 100, {}, 5);
+  Walk s(t.space, mirrored, {}, 100, {}, 5);
   Jump(&s, t, 1);
   const auto before = s.Observation();
   EXPECT_DOUBLE_EQ(before[10], 0.5);
@@ -148,10 +148,10 @@ double Spearman(const std::vector<double>& a, const std::vector<double>& b) {
   return sab / std::sqrt(saa * sbb);
 }
 
-TEST(SessionBeliefTest, ATrendTheMeasurementsShowCorrectsFarFromThem) {
+TEST(WalkBeliefTest, ATrendTheMeasurementsShowCorrectsFarFromThem) {
   // A prior that is the truth tilted along the first parameter by 3 log units over its range (a
   // systematic error, as of a model that has not seen the family): after 12 measurements the
-  // session's beliefs about the untried configs, most far from any measurement, rank them better
+  // walk's beliefs about the untried configs, most far from any measurement, rank them better
   // than the prior does.
   const Truth& t = Softmax();
   std::vector<double> tilted = t.log_ms;
@@ -162,7 +162,7 @@ TEST(SessionBeliefTest, ATrendTheMeasurementsShowCorrectsFarFromThem) {
   Prior prior = NoisyPrior(tilted, t.ok, 0.0, 1);
   prior.trust = 0.5;
   prior.Rank(t.space);
-  Session s(t.space, prior, {}, 100, {}, 4);
+  Walk s(t.space, prior, {}, 100, {}, 4);
   Jump(&s, t, 12);
   std::vector<double> truth, believed, prior_log;
   t.space.ForEach([&](const Config& c) {
@@ -177,11 +177,11 @@ TEST(SessionBeliefTest, ATrendTheMeasurementsShowCorrectsFarFromThem) {
   EXPECT_GT(Spearman(believed, truth), Spearman(prior_log, truth) + 0.1);
 }
 
-TEST(SessionBeliefTest, FailuresMakeTheirNeighboursLikelyToFail) {
+TEST(WalkBeliefTest, FailuresMakeTheirNeighboursLikelyToFail) {
   const Truth& t = Softmax();
   Prior prior = PriorOf(t, 1, 0.05, 3);
   std::fill(prior.p_fail.begin(), prior.p_fail.end(), 0.1);
-  Session s(t.space, prior, {}, 100, {}, 5);
+  Walk s(t.space, prior, {}, 100, {}, 5);
   // Two neighbouring configs: one fails, the other is then believed more likely to fail; a config
   // far from it keeps the prior's belief.
   Config failed, near, far;
@@ -218,11 +218,11 @@ TEST(SessionBeliefTest, FailuresMakeTheirNeighboursLikelyToFail) {
   EXPECT_GT(s.PFail(failed), 0.5);
 }
 
-TEST(SessionSeedTest, TheSeedChangesUncertainJumpsAndOnlyTheSeed) {
+TEST(WalkSeedTest, TheSeedChangesUncertainJumpsAndOnlyTheSeed) {
   const Truth& t = Softmax();
   const Prior prior = PriorOf(t, 1, 0.3, 6);
   auto trace = [&](uint64_t seed) {
-    Session s(t.space, prior, {}, 100, {}, seed);
+    Walk s(t.space, prior, {}, 100, {}, seed);
     std::vector<uint64_t> out;
     for (int i = 0; i < 12; ++i) {
       const auto move = s.Resolve(kJump);

@@ -1,4 +1,4 @@
-#include "dr_kernel/agent/session.h"
+#include "dr_kernel/agent/walk.h"
 
 #include <algorithm>
 #include <cmath>
@@ -68,7 +68,7 @@ void Prior::Rank(const Space& space) {
   for (const auto& [score, i] : scored) order.push_back(i);
 }
 
-Session::Session(const Space& space, const Prior& prior, std::vector<double> problem_features, int64_t budget,
+Walk::Walk(const Space& space, const Prior& prior, std::vector<double> problem_features, int64_t budget,
                  RewardConfig rewards, uint64_t seed, TrustConfig trust)
     : space_(space), prior_(&prior), problem_features_(std::move(problem_features)), budget_(budget),
       rewards_(rewards), trust_config_(trust), rng_(seed) {
@@ -79,7 +79,7 @@ Session::Session(const Space& space, const Prior& prior, std::vector<double> pro
   problem_features_.resize(kProblemFeatures, 0.0);
 }
 
-void Session::Beliefs(uint64_t index, const std::vector<double>& here, double* mean, double* std,
+void Walk::Beliefs(uint64_t index, const std::vector<double>& here, double* mean, double* std,
                       double* p_fail) const {
   const double n = static_cast<double>(residual_.size());
   const double bias = n > 0 ? residual_sum_ / (n + 1.0) : 0.0;
@@ -110,19 +110,19 @@ void Session::Beliefs(uint64_t index, const std::vector<double>& here, double* m
   }
 }
 
-double Session::Predict(const Config& config, double* std) const {
+double Walk::Predict(const Config& config, double* std) const {
   double mean = 0;
   Beliefs(space_.Index(config), space_.Encode(config), &mean, std, nullptr);
   return mean;
 }
 
-double Session::PFail(const Config& config) const {
+double Walk::PFail(const Config& config) const {
   double p = 0;
   Beliefs(space_.Index(config), space_.Encode(config), nullptr, nullptr, &p);
   return p;
 }
 
-void Session::FitResiduals() {
+void Walk::FitResiduals() {
   trend_.clear();
   const size_t n = residual_.size(), d = space_.num_params();
   const double bias = n > 0 ? residual_sum_ / (n + 1.0) : 0.0;
@@ -155,21 +155,21 @@ void Session::FitResiduals() {
   }
 }
 
-double Session::rank_correlation() const { return rank_correlation_; }
+double Walk::rank_correlation() const { return rank_correlation_; }
 
-double Session::trust() const {
+double Walk::trust() const {
   const double prior_trust = Clip(prior_->trust, 0, 1);
   const double n = static_cast<double>(pair_predicted_.size());
   if (static_cast<int>(n) < trust_config_.min_pairs) return prior_trust;
   return (n * std::max(0.0, rank_correlation_) + trust_config_.shrink * prior_trust) / (n + trust_config_.shrink);
 }
 
-double Session::random_jump_probability() const {
+double Walk::random_jump_probability() const {
   const double doubt = 1 - trust();
   return doubt * doubt;
 }
 
-std::optional<Config> Session::JumpTarget() const {
+std::optional<Config> Walk::JumpTarget() const {
   if (jump_known_) return jump_;
   jump_known_ = true;
   const auto& order = prior_->order;
@@ -222,7 +222,7 @@ std::optional<Config> Session::JumpTarget() const {
   return best;
 }
 
-std::optional<Move> Session::Resolve(int action) const {
+std::optional<Move> Walk::Resolve(int action) const {
   if (action == kJump) {
     auto target = JumpTarget();
     if (!target) return std::nullopt;
@@ -239,7 +239,7 @@ std::optional<Move> Session::Resolve(int action) const {
   return Move{*target, false};
 }
 
-std::vector<uint8_t> Session::Mask() const {
+std::vector<uint8_t> Walk::Mask() const {
   std::vector<uint8_t> mask(kNumActions, 0);
   for (int a = 0; a < kJump; ++a) mask[a] = Resolve(a).has_value();
   mask[kJump] = JumpTarget().has_value();
@@ -268,12 +268,12 @@ double RankCorrelation(const std::vector<double>& predicted, const std::vector<d
 
 }  // namespace
 
-void Session::Observe(const Config& config, const Measurement& m) {
+void Walk::Observe(const Config& config, const Measurement& m) {
   const uint64_t index = space_.Index(config);
   const bool ok = m.ok();
   const double log_ms = ok ? std::log(m.ms) : kInf;
   if (ok) {
-    // What the session believed just before measuring: an honest, out-of-sample prediction.
+    // What the walk believed just before measuring: an honest, out-of-sample prediction.
     pair_predicted_.push_back(Predict(config));
     pair_measured_.push_back(log_ms);
     rank_correlation_ = RankCorrelation(pair_predicted_, pair_measured_, trust_config_.min_pairs);
@@ -292,7 +292,7 @@ void Session::Observe(const Config& config, const Measurement& m) {
   FitResiduals();
 }
 
-void Session::Rebase(const Prior& prior) {
+void Walk::Rebase(const Prior& prior) {
   prior_ = &prior;
   residual_at_.clear();
   residual_.clear();
@@ -310,7 +310,7 @@ void Session::Rebase(const Prior& prior) {
   jump_known_ = false;
 }
 
-void Session::Record(const Config& config, const Measurement& measurement) {
+void Walk::Record(const Config& config, const Measurement& measurement) {
   if (measured_.count(space_.Index(config))) return;
   Observe(config, measurement);
   ++evals_;
@@ -324,7 +324,7 @@ void Session::Record(const Config& config, const Measurement& measurement) {
   }
 }
 
-StepReward Session::TakeFree(const Move& move) {
+StepReward Walk::TakeFree(const Move& move) {
   ++step_;
   ++free_streak_;
   position_ = move.config;
@@ -332,7 +332,7 @@ StepReward Session::TakeFree(const Move& move) {
   return {-rewards_.free_cost, {}};
 }
 
-StepReward Session::TakeMeasured(const Move& move, const Measurement& m) {
+StepReward Walk::TakeMeasured(const Move& move, const Measurement& m) {
   ++step_;
   ++evals_;
   free_streak_ = 0;
@@ -371,7 +371,7 @@ StepReward Session::TakeMeasured(const Move& move, const Measurement& m) {
   return out;
 }
 
-void Session::FillDirection(const Config& target, double current_log, double* out) const {
+void Walk::FillDirection(const Config& target, double current_log, double* out) const {
   // [exists, measured, measured delta, measured failed, predicted delta, predicted std, p_fail]
   out[0] = 1;
   const uint64_t index = space_.Index(target);
@@ -383,13 +383,13 @@ void Session::FillDirection(const Config& target, double current_log, double* ou
   }
   double std = 0;
   const double mean = Predict(target, &std);
-  // Predicted differences count as far as the session trusts its beliefs.
+  // Predicted differences count as far as the walk trusts its beliefs.
   out[4] = std::isfinite(current_log) ? trust() * Clip(mean - current_log, -1, 1) : 0;
   out[5] = Clip(std, 0, 1);
   out[6] = PFail(target);
 }
 
-std::vector<double> Session::Observation() const {
+std::vector<double> Walk::Observation() const {
   std::vector<double> obs(kObservationSize, 0.0);
   const double budget = static_cast<double>(std::max<int64_t>(budget_, 1));
   const bool any_ok = std::isfinite(best_log_);

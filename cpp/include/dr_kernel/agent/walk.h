@@ -1,10 +1,10 @@
 // The tuning agent's decision process: where it stands in a space, what it believes of the
 // configs it has not measured, which moves it may make, and what each move is worth.
 //
-// The same Session serves simulated training episodes (TuningEpisodeEnv) and real tuning (the ppo
+// The same Walk serves simulated training episodes (TuningEpisodeEnv) and real tuning (the ppo
 // strategy): only the source of measurements differs.
-#ifndef DR_KERNEL_AGENT_SESSION_H_
-#define DR_KERNEL_AGENT_SESSION_H_
+#ifndef DR_KERNEL_AGENT_WALK_H_
+#define DR_KERNEL_AGENT_WALK_H_
 
 #include <cstdint>
 #include <memory>
@@ -21,7 +21,7 @@ namespace dr_kernel::agent {
 // Parameters the observation has room for; a space with more cannot be tuned by the agent.
 inline constexpr int kSlots = 8;
 // Actions: 2 * slot + 0 moves parameter `slot` one step down, 2 * slot + 1 one step up, and kJump
-// measures the most promising config the session has not measured (a restart elsewhere).
+// measures the most promising config the walk has not measured (a restart elsewhere).
 inline constexpr int kJump = 2 * kSlots;
 inline constexpr int kNumActions = 2 * kSlots + 1;
 // Sizes of the observation's parts.
@@ -62,7 +62,7 @@ struct Prior {
   std::vector<ConfigEstimate> estimates;
   // How far the prior is trusted before anything is measured, in [0, 1]: high when the model was
   // trained on the problem's family, low for a family it has never seen, 0 without a model. The
-  // session moves it towards the rank correlation it measures (Session::trust()).
+  // walk moves it towards the rank correlation it measures (Walk::trust()).
   double trust = 0.5;
 
   // Orders the valid configs of `space` by predicted time and failure risk.
@@ -94,16 +94,16 @@ struct StepReward {
   std::vector<std::pair<int, double>> credit_back;
 };
 
-// How a session weighs its prior against its measurements.
+// How a walk weighs its prior against its measurements.
 //
-// After every measurement the session compares what it believed of the config just before
+// After every measurement the walk compares what it believed of the config just before
 // measuring it (Predict) with what it measured: the Spearman rank correlation over those pairs
 // says how well its beliefs rank this problem's configs. Trust is that correlation (negative
 // counts as 0) shrunk towards the prior's own trust by `shrink` pseudo-pairs. With trust t, a jump
 // measures a uniformly random unmeasured config with probability (1 - t)^2, and otherwise the most
 // promising one by a Thompson-style draw (the predicted log time plus a quarter of its uncertainty times a
 // standard normal) among the prior's first untried choices and as many drawn from the whole untried
-// space (the corrected beliefs may rank those best); the first jump of a session measures the
+// space (the corrected beliefs may rank those best); the first jump of a walk measures the
 // prior's best guess. Predicted
 // differences in the observation are scaled by t. At t = 0 every jump after the first is random
 // search over the untried configs.
@@ -112,13 +112,13 @@ struct TrustConfig {
   int min_pairs = 3;   // Pairs before the measured correlation counts at all.
 };
 
-class Session {
+class Walk {
  public:
-  // `prior` must outlive the session. `problem_features` are kProblemFeatures numbers describing
-  // the problem (see ProblemFeatures()). `budget` is the number of measurements the session plans.
-  // `seed` seeds the session's exploration (random and Thompson jumps): sessions with different
+  // `prior` must outlive the walk. `problem_features` are kProblemFeatures numbers describing
+  // the problem (see ProblemFeatures()). `budget` is the number of measurements the walk plans.
+  // `seed` seeds the walk's exploration (random and Thompson jumps): walks with different
   // seeds measure different configs wherever they are not sure.
-  Session(const Space& space, const Prior& prior, std::vector<double> problem_features, int64_t budget,
+  Walk(const Space& space, const Prior& prior, std::vector<double> problem_features, int64_t budget,
           RewardConfig rewards = {}, uint64_t seed = 0, TrustConfig trust = {});
 
   // The observation and action mask at the current position.
@@ -130,11 +130,11 @@ class Session {
   StepReward TakeFree(const Move& move);
   // Records the measurement of a move's config and moves there when it ran.
   StepReward TakeMeasured(const Move& move, const Measurement& measurement);
-  // Records a measurement taken outside the session's own moves (another walker's), without moving.
+  // Records a measurement taken outside the walk's own moves (another walker's), without moving.
   void Record(const Config& config, const Measurement& measurement);
 
-  // Replaces the prior (a cost model refitted with this session's measurements): residuals are
-  // taken afresh against it. `prior` must outlive the session.
+  // Replaces the prior (a cost model refitted with this walk's measurements): residuals are
+  // taken afresh against it. `prior` must outlive the walk.
   void Rebase(const Prior& prior);
 
   // The config kJump would measure now, or nullopt when every config is measured.
@@ -150,7 +150,7 @@ class Session {
   // Spearman rank correlation between predictions made just before measuring and the measured
   // times, over the ok measurements (0 with fewer than TrustConfig::min_pairs of them).
   double rank_correlation() const;
-  // The session's trust in its prior, in [0, 1] (see TrustConfig).
+  // The walk's trust in its prior, in [0, 1] (see TrustConfig).
   double trust() const;
   // Probability that a jump now measures a uniformly random unmeasured config: (1 - trust)^2.
   double random_jump_probability() const;
@@ -232,4 +232,4 @@ Prior NoisyPrior(const std::vector<double>& true_log_ms, const std::vector<uint8
 
 }  // namespace dr_kernel::agent
 
-#endif  // DR_KERNEL_AGENT_SESSION_H_
+#endif  // DR_KERNEL_AGENT_WALK_H_
