@@ -213,7 +213,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 on_trial: Callable[[dict, dict, float], None] | None = None, trust_compile_errors: bool = True,
                 launch_key: Callable[[dict], Hashable] | None = None, prefetch: bool | None = None,
                 confirm: int = 0, confirm_rounds: int = 3, confirm_within: float = 0.10,
-                parallel: int = 1, known: Mapping[tuple, dict] | None = None) -> SessionResult:
+                parallel: int = 1, known: Mapping[tuple, dict] | None = None,
+                in_process: bool = False) -> SessionResult:
     """Tunes one problem and returns what happened.
 
     `measure(configs, best_ms)` validates and times configs on the device and returns one
@@ -233,6 +234,9 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
 
     `confirm` > 1 times the best `confirm` distinct binaries again at the end, those within
     `confirm_within` of the best, `confirm_rounds` times each in turns (see confirm_winner()).
+
+    `in_process`: `measure` times configs in this process, so each is measured and stored before
+    the next (a config that crashes the process takes only itself with it).
 
     `known` maps configs (as sorted item tuples) measured before, in an earlier session over a
     smaller space, to their measurements: a proposal of one of them counts as an evaluation but
@@ -295,14 +299,20 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         if static is not None and prefetch and trusted[0]:
             # Compile what the strategy may ask next while the device measures this batch.
             static.guess([n for c in batch for n in space.neighbours(c)])
-        if to_measure:
+        stored: set[int] = set()  # Positions in the batch already in the store.
+        # Measured in this process (as triton.autotune measures), configs go one at a time, each
+        # stored before the next: a crash of the process loses the config that crashed, not the
+        # batch. A measuring pool takes the batch at once (a crash costs it only its worker).
+        chunk = 1 if in_process else max(1, len(to_measure))
+        for start in range(0, len(to_measure), chunk):
+            part = to_measure[start:start + chunk]
             timing = time.perf_counter()
-            measured = measure([batch[i] for i in to_measure], best[0])
+            measured = measure([batch[i] for i in part], best[0])
             spent = time.perf_counter() - timing
             loaded = min(spent, sum(float(m.get("load_s") or 0.0) for m, _ in measured))
             split["load"] += loaded
             split["measure"] += spent - loaded
-            for i, (m, seconds) in zip(to_measure, measured, strict=True):
+            for i, (m, seconds) in zip(part, measured, strict=True):
                 m, report = dict(m), reports[i]
                 if report is not None:
                     m.update(static_fields(report))
@@ -319,6 +329,11 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 binary = binary_of(batch[i], report)
                 if binary is not None:
                     by_binary[binary] = (batch[i], m)
+                if m["status"] == "ok":
+                    best[0] = min(best[0], m["ms"])
+                if store is not None:
+                    writer.add(dict(problem), batch[i], _storable(m), source)
+                    stored.add(i)
         for i, binary in followers:
             leader, measured_m = by_binary[binary]
             copy = {k: v for k, v in measured_m.items() if k not in ("compile_s", "load_s")}
@@ -328,10 +343,10 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             result.copied_from[_key(batch[i])] = leader
             out[i] = (copy, compile_s[i])
             result.copied += 1
-        for config, (m, _) in zip(batch, out, strict=True):
+        for i, (config, (m, _)) in enumerate(zip(batch, out, strict=True)):
             if m["status"] == "ok":
                 best[0] = min(best[0], m["ms"])
-            if known and _key(config) in known:
+            if (known and _key(config) in known) or i in stored:
                 continue  # Stored when it was measured.
             if store is not None:
                 writer.add(dict(problem), config, _storable(m), source)

@@ -779,7 +779,8 @@ class TunedKernel(TritonAutotuner):
                                        source=self.source, trust_compile_errors=False, launch_key=grid_of,
                                        parallel=len(devices) if isolate else 1, confirm=self.settings.confirm,
                                        confirm_rounds=self.settings.confirm_rounds,
-                                       confirm_within=self.settings.confirm_within, known=known)
+                                       confirm_within=self.settings.confirm_within, known=known,
+                                       in_process=not isolate)
 
                 try:
                     phase = time.perf_counter()

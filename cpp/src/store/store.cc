@@ -106,7 +106,8 @@ double NowSeconds() {
       throw StoreError(path + ": the disk is full" + what + "; free some space and run again");
     case SQLITE_IOERR:
       throw StoreError(path + ": the disk reported an error" + what +
-                       "; check the disk and that the file is on a local file system");
+                       "; check that the disk has space and that the file may grow (a quota or a file-size limit "
+                       "stops writes as a full disk does), and that it is on a local file system");
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
       throw StoreError(path + " stayed locked by another process" + what +
