@@ -21,7 +21,7 @@ TINY_SPACE = json.dumps({"BLOCK": [64, 256], "num_warps": [1, 4], "num_stages": 
 @pytest.fixture(autouse=True)
 def no_gpu(monkeypatch):
     # The tests describe this machine; a GPU would make them time configs instead.
-    monkeypatch.setattr("dr_kernel.cli._gpu_available", lambda: False)
+    monkeypatch.setattr("dr_kernel.cli.common._gpu_available", lambda: False)
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
