@@ -186,7 +186,8 @@ def test_bad_tuning_arguments_are_refused_at_decoration():
                             ({"max_seconds": math.nan}, "max_seconds=nan: give"),
                             ({"strategy": "simplex"}, "unknown strategy='simplex'; the available strategies are: "),
                             ({"seed": -1}, "seed=-1: give a whole number"),
-                            ({"space": {}}, "space={} has no parameters")]:
+                            ({"space": {}}, "space={} has no parameters"),
+                            ({"stop": "early"}, "stop='early': give 'auto'")]:
         with pytest.raises(ValueError, match=re.escape(message)):
             optimize(key=["n"], **{"space": SPACE, **kwargs})(jit)
     assert optimize(key=["n"], space=SPACE, max_evals=1, max_seconds=0.5, strategy="anneal")(jit).max_evals == 1

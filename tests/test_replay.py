@@ -87,8 +87,12 @@ def test_replay_json_has_the_published_schema_and_is_deterministic(recorded_path
     assert len(report["problems"]) == 8
     for p in report["problems"]:
         assert set(p) == {"family", "shape", "configs", "oracle_ms", "evals_to_within", "best_over_oracle",
-                          "tuning_s_to_within"}
+                          "tuning_s_to_within", "evaluations_used", "final_over_oracle"}
         assert set(p["best_over_oracle"]) == {"10", "20", "50"}
+        # Annealing uses its whole budget where the space is larger, and ends at least as near the
+        # best as it was after 50 evaluations.
+        assert p["evaluations_used"]["median"] == min(60, p["configs"])
+        assert 1.0 <= p["final_over_oracle"] <= p["best_over_oracle"]["50"]
         runs = p["evals_to_within"]["runs"]
         assert len(runs) == 5 and all(1 <= r <= 61 for r in runs)
         assert p["best_over_oracle"]["50"] <= p["best_over_oracle"]["10"]
@@ -195,6 +199,9 @@ def test_replay_leaves_out_problems_where_nothing_ran(tmp_path, table_paths):
     assert {"rows": 7, "cols": 7} not in shapes and first in shapes
     out = run_cli("replay", "--data", str(dead), "--strategy", "random")
     assert out.returncode == 2 and "no problem in --data has a config that ran correctly" in out.stderr
+    # Through the Python API, such a problem is never reached (budget + 1), not reached at once.
+    report = json.loads(_core.replay(_core.read_tables([str(dead)]), "random", 20, 2, 1.05, 0, {}).to_json())
+    assert report["problems"][0]["evals_to_within"]["runs"] == [21, 21]
 
 
 def test_db_import_export_round_trip(tmp_path, table_paths):

@@ -66,13 +66,14 @@ class Autotuner(TunedKernel):
 def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
              post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=False, *,
              widen: bool = False, max_evals: int | None = None, strategy: str = "ppo", seed: int = 0,
-             db: str | None = None, max_seconds: float = math.inf):
+             db: str | None = None, max_seconds: float = math.inf, stop: str = "auto"):
     """Decorator with triton.autotune's signature (Triton 3.6) that tunes with dr_kernel.
 
     Beyond Triton's arguments: ``widen`` searches past the list when every config can be checked
     against its first; ``max_evals`` caps the configs measured per key (default: the whole list
     up to 32 configs, else half of it, at least 32); ``strategy``, ``seed``, ``db`` (the results
-    store) and ``max_seconds`` as for @optimize.
+    store), ``max_seconds`` and ``stop`` as for @optimize (``stop`` matters for lists searched
+    rather than measured whole).
     """
     bench = _do_bench(do_bench, warmup, rep, use_cuda_graph)
 
@@ -81,7 +82,7 @@ def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_va
                          reset_to_zero=reset_to_zero, restore_value=restore_value, pre_hook=pre_hook,
                          post_hook=post_hook, do_bench=bench, widen=widen, max_evals=max_evals, strategy=strategy,
                          seed=seed, db=db, max_seconds=max_seconds, isolate=False, first_config_is_reference=True,
-                         source="autotune")
+                         source="autotune", stop=stop)
 
     return decorator
 

@@ -269,6 +269,13 @@ def config_key(config: Mapping[str, Any]) -> tuple:
 # Lists of up to this many configs are measured whole; longer ones are searched (TunedKernel._budget).
 WHOLE_LIST = 32
 
+# stop="auto": the ppo strategy ends a session once even the most promising untried config has
+# less than a 20 % chance of being 5 % faster than the best, by beliefs it trusts (a threshold
+# chosen in replay on families the agent had not seen: benchmarks/agent.md, "Adaptive stopping").
+# stop="budget" uses the whole budget.
+AUTO_STOP = {"stop": 0.2, "stop_gain": 0.05}
+STOP_RULES = ("auto", "budget")
+
 
 # ----- the compile pool every tuned kernel of the process shares ------------------------------------
 
@@ -299,7 +306,12 @@ def _close_shared_pool() -> None:
 
 # ----- the kernel ------------------------------------------------------------------------------------
 
-def _check_limits(name: str, max_evals: Any, max_seconds: Any, strategy: Any, seed: Any) -> None:
+def stop_options(stop: str, strategy: str) -> dict:
+    """The strategy options a stop rule stands for (only the agent stops early)."""
+    return dict(AUTO_STOP) if stop == "auto" and strategy == "ppo" else {}
+
+
+def _check_limits(name: str, max_evals: Any, max_seconds: Any, strategy: Any, seed: Any, stop: Any = "auto") -> None:
     """Raises ValueError, at decoration, for a budget, strategy or seed the first call would trip on."""
     from . import _core
 
@@ -318,6 +330,9 @@ def _check_limits(name: str, max_evals: Any, max_seconds: Any, strategy: Any, se
                          f"{', '.join(available)}")
     if not (whole(seed) and 0 <= seed < 2**63):
         raise ValueError(f"{name}: seed={seed!r}: give a whole number from 0 to 2**63 - 1")
+    if stop not in STOP_RULES:
+        raise ValueError(f"{name}: stop={stop!r}: give 'auto' (end a search once more measurements are unlikely "
+                         "to pay) or 'budget' (use the whole budget)")
 
 
 class TunedKernel(TritonAutotuner):
@@ -336,7 +351,7 @@ class TunedKernel(TritonAutotuner):
                  reference: Callable | None = None, outputs: Sequence[str] | None = None, db: str | None = None,
                  settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
                  compile_timeout: float = 120.0, do_bench: Callable | None = None, widen: bool = False,
-                 first_config_is_reference: bool = False, source: str = "optimize"):
+                 first_config_is_reference: bool = False, source: str = "optimize", stop: str = "auto"):
         self.fn = fn
         self.base_fn = fn
         while not inspect.isfunction(self.base_fn):
@@ -346,7 +361,8 @@ class TunedKernel(TritonAutotuner):
         if missing:
             raise ValueError(f"key names {missing} are not arguments of {self.__name__}; "
                              f"choose from {self.arg_names}")
-        _check_limits(self.__name__, max_evals, max_seconds, strategy, seed)
+        _check_limits(self.__name__, max_evals, max_seconds, strategy, seed, stop)
+        self.stop = stop
         self.keys = self.key = list(key)
         self.listed: list | None = list(configs) if configs is not None else None
         self.configs = self.listed or []  # triton.autotune's attribute.
@@ -775,6 +791,7 @@ class TunedKernel(TritonAutotuner):
 
                 def tune(space, strategy, budget, known=None, measure=measure):
                     return run_session(problem, space, measure, static=stage, strategy=strategy, max_evals=budget,
+                                       options=stop_options(self.stop, strategy),
                                        max_seconds=self.max_seconds, seed=self.seed, store=store,
                                        source=self.source, trust_compile_errors=False, launch_key=grid_of,
                                        parallel=len(devices) if isolate else 1, confirm=self.settings.confirm,

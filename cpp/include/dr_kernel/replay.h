@@ -35,6 +35,10 @@ struct ProblemReport {
   Quantiles evals_quantiles;
   std::map<int64_t, double> best_over_oracle;  // Median over runs at 10, 20, 50, 100 evaluations.
   double tuning_s_to_within = kInf;            // Median simulated seconds; +inf when most runs never got there.
+  // Evaluations the runs used: the budget, or fewer when the strategy stopped early (ppo's `stop`)
+  // or measured the whole space; and the best found over the table's best at the end (median).
+  Quantiles evaluations_used;
+  double final_over_oracle = kInf;
   std::vector<double> median_curve;            // Median best-so-far / oracle after 1..budget evaluations.
 };
 

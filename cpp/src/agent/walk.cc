@@ -38,6 +38,8 @@ constexpr double kTrendClip = 1.5;
 constexpr double kFailPseudo = 1.0;
 // Candidates a jump draws from the whole untried space besides the prior's first kJumpCandidates.
 constexpr int kRandomCandidates = 48;
+// Configs GainChance weighs: the prior's first untried ones, and as many spread over the rest.
+constexpr size_t kGainCandidates = 256;
 
 // Squared distance beyond which a kernel weight counts as 0 (exp(-0.6 / (2 * 0.25^2)) < 0.01):
 // most measurements are that far from a config, and skipping their exp() keeps proposals cheap.
@@ -167,6 +169,41 @@ double Walk::trust() const {
 double Walk::random_jump_probability() const {
   const double doubt = 1 - trust();
   return doubt * doubt;
+}
+
+double Walk::GainChance(double gain) const {
+  // What the beliefs have not explained so far: the spread of the detrended residuals.
+  double sum2 = 0;
+  int ok = 0;
+  for (size_t i = 0; i < outcome_detrended_.size(); ++i) {
+    if (outcome_failed_[i]) continue;
+    sum2 += outcome_detrended_[i] * outcome_detrended_[i];
+    ++ok;
+  }
+  if (ok < 3 || !std::isfinite(best_log_)) return 1.0;
+  const double unexplained = sum2 / (ok - 1);
+  const double target = best_log_ + std::log1p(-gain);
+  const auto& order = prior_->order;
+  double most = 0;
+  auto consider = [&](uint64_t i) {
+    if (measured_.count(i)) return;
+    double mean = 0, std = 0, p_fail = 0;
+    Beliefs(i, space_.Encode(space_.FromIndex(i)), &mean, &std, &p_fail);
+    const double spread = std::sqrt(std * std + unexplained);
+    const double faster = spread > 0 ? 0.5 * std::erfc((mean - target) / (spread * std::sqrt(2.0)))
+                                     : (mean < target ? 1.0 : 0.0);
+    most = std::max(most, (1 - p_fail) * faster);
+  };
+  size_t start = order_start_;
+  while (start < order.size() && measured_.count(order[start])) ++start;
+  const size_t head = std::min(order.size(), start + kGainCandidates);
+  for (size_t i = start; i < head; ++i) consider(order[i]);
+  // A spread of the rest, every stride-th config in the prior's order.
+  if (head < order.size()) {
+    const size_t stride = std::max<size_t>(1, (order.size() - head) / kGainCandidates);
+    for (size_t i = head; i < order.size(); i += stride) consider(order[i]);
+  }
+  return most;
 }
 
 std::optional<Config> Walk::JumpTarget() const {

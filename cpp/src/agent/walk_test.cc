@@ -108,6 +108,26 @@ TEST(WalkTrustTest, LowTrustTurnsJumpsIntoRandomSearchOverUntriedConfigs) {
   EXPECT_GT(share_outside_top(mirrored), 0.4);
 }
 
+TEST(WalkGainTest, TheChanceOfAGainFallsAsTheBestIsFoundAndStaysHighWhileItIsNot) {
+  // With a good prior, the walk's first jumps find the table's best: little is left to gain. With
+  // a mirrored prior, what it measured is far from the best and its residuals say its beliefs are
+  // wrong: a gain stays likely, and adaptive stopping must not end the session.
+  const Truth& t = Softmax();
+  const Prior good = PriorOf(t, 1, 0.05, 5), mirrored = PriorOf(t, -1, 0.05, 5);
+  Walk finding(t.space, good, {}, 100, {}, 11), lost(t.space, mirrored, {}, 100, {}, 11);
+  EXPECT_DOUBLE_EQ(finding.GainChance(0.05), 1.0);  // Nothing ran yet: nothing is known.
+  Jump(&finding, t, 12);
+  Jump(&lost, t, 12);
+  double oracle = 1e9;
+  for (size_t i = 0; i < t.log_ms.size(); ++i)
+    if (t.ok[i]) oracle = std::min(oracle, t.log_ms[i]);
+  ASSERT_LT(finding.best_log_ms() - oracle, std::log(1.05));  // It did find the best.
+  const double settled = finding.GainChance(0.05), unsettled = lost.GainChance(0.05);
+  EXPECT_LT(settled, 0.1);
+  EXPECT_GT(unsettled, 0.3);
+  EXPECT_LE(finding.GainChance(0.25), settled);  // A larger gain is less likely.
+}
+
 TEST(WalkTrustTest, PredictedDifferencesInTheObservationScaleWithTrust) {
   const Truth& t = Softmax();
   const Prior mirrored = PriorOf(t, -1, 0.05, 4);

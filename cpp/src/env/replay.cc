@@ -33,7 +33,7 @@ ReplayReport Replay(const std::vector<ProblemTable>& tables, const ReplaySetting
     const double target = settings.within * pr.oracle_ms;
 
     std::vector<std::vector<double>> curves;  // Per run: best-so-far / oracle after each evaluation.
-    std::vector<double> seconds_to_within;
+    std::vector<double> seconds_to_within, used, final;
     for (int r = 0; r < settings.repeats; ++r) {
       PollInterrupt();
       env.Reset(settings.seed + r);
@@ -48,11 +48,13 @@ ReplayReport Replay(const std::vector<ProblemTable>& tables, const ReplaySetting
       for (const auto& trial : evaluator.history()) {
         best = std::min(best, trial.measurement.objective());
         curve.push_back(best / pr.oracle_ms);
-        if (reached > budget && best <= target) {
+        if (reached > budget && std::isfinite(best) && best <= target) {  // Nothing ran: never.
           reached = static_cast<int64_t>(curve.size());
           reached_s = trial.elapsed_s;
         }
       }
+      used.push_back(static_cast<double>(curve.size()));
+      final.push_back(curve.empty() ? kInf : curve.back());
       // A strategy that ended early (the whole space measured) keeps its best for the rest.
       curve.resize(budget, curve.empty() ? kInf : curve.back());
       pr.evals_to_within.push_back(reached);
@@ -63,6 +65,8 @@ ReplayReport Replay(const std::vector<ProblemTable>& tables, const ReplaySetting
     std::vector<double> evals(pr.evals_to_within.begin(), pr.evals_to_within.end());
     pr.evals_quantiles = {Quantile(evals, 0.5), Quantile(evals, 0.25), Quantile(evals, 0.75)};
     pr.tuning_s_to_within = Quantile(seconds_to_within, 0.5);
+    pr.evaluations_used = {Quantile(used, 0.5), Quantile(used, 0.25), Quantile(used, 0.75)};
+    pr.final_over_oracle = Quantile(final, 0.5);
     pr.median_curve.resize(budget);
     std::vector<double> column(curves.size());
     for (int64_t e = 0; e < budget; ++e) {
@@ -102,7 +106,10 @@ std::string ReplayReport::ToJson() const {
       out += (first ? "\"" : ",\"") + std::to_string(k) + "\":" + Number(v);
       first = false;
     }
-    out += "},\"tuning_s_to_within\":" + Number(p.tuning_s_to_within) + "}";
+    out += "},\"tuning_s_to_within\":" + Number(p.tuning_s_to_within) +
+           ",\"evaluations_used\":{\"median\":" + Number(p.evaluations_used.median) +
+           ",\"p25\":" + Number(p.evaluations_used.p25) + ",\"p75\":" + Number(p.evaluations_used.p75) +
+           "},\"final_over_oracle\":" + Number(p.final_over_oracle) + "}";
   }
   return out + "]}";
 }

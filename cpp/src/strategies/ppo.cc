@@ -121,6 +121,11 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   rl::ActorCritic policy = trained->policy;
   std::vector<std::vector<Transition>> decisions(walkers);
   int64_t since_update = 0;
+  // Adaptive stopping: end the session once another measurement is unlikely to pay.
+  const double stop = options.Get("stop");
+  const double stop_gain = options.Get("stop_gain");
+  const int64_t stop_after = options.Int("stop_after");
+  const double stop_trust = options.Get("stop_trust");
 
   for (;;) {
     std::vector<std::pair<int, agent::Move>> proposals;
@@ -190,6 +195,11 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         for (auto& s : walks) s.Rebase(*prior);
       }
     }
+    // Stop when even the most promising untried config is unlikely to be `stop_gain` faster than
+    // the best (below `stop`), by beliefs the session trusts (low trust: they are no guide).
+    if (stop > 0 && evaluator.evals() >= stop_after && !evaluator.exhausted() &&
+        walks[0].trust() >= stop_trust && walks[0].GainChance(stop_gain) < stop)
+      return;
     since_update += static_cast<int64_t>(batch.size());
     if (learn && since_update >= learn_every) {
       since_update = 0;
@@ -220,7 +230,12 @@ StrategyInfo PpoStrategy() {
                            "measurements (0: only as `refit` says; a refit takes about a second on the bundled "
                            "tables, nothing beside a GPU measurement but most of a replay's time)", 0},
            {"learn", "learning rate of online PPO updates of the session's policy (0: the policy stays fixed)", 0},
-           {"learn_every", "measurements between online policy updates", 16}},
+           {"learn_every", "measurements between online policy updates", 16},
+           {"stop", "end the session when the most promising untried config's chance of being `stop_gain` faster "
+                    "than the best is below this (0: use the whole budget)", 0},
+           {"stop_gain", "the gain, as a fraction, that adaptive stopping looks for", 0.05},
+           {"stop_after", "measurements before adaptive stopping may end a session", 6},
+           {"stop_trust", "trust in the beliefs below which adaptive stopping never ends a session", 0.5}},
           Run};
 }
 

@@ -195,3 +195,29 @@ TEST(PpoTest, RunsVaryWithTheSessionSeed) {
 
 }  // namespace
 }  // namespace dr_kernel
+
+namespace dr_kernel {
+namespace {
+
+TEST(PpoTest, AdaptiveStoppingEndsSessionsThatHaveFoundTheBestAndKeepsTheirBest) {
+  // On the bundled tables, with the agent they trained: a session that stops early stops with
+  // what a full-budget session of the same seed had found by then, and on most problems well
+  // before the budget.
+  EnsureAgent();
+  int stopped_early = 0;
+  for (const auto& table : Tables()) {
+    ReplayEnv full_env(table), stopping_env(table);
+    Evaluator full(full_env, Budget{60}), stopping(stopping_env, Budget{60});
+    RunStrategy("ppo", full, 2);
+    RunStrategy("ppo", stopping, 2, {{"stop", 0.1}});
+    ASSERT_GE(stopping.evals(), 6) << table.problem.Label();  // stop_after
+    ASSERT_LE(stopping.evals(), full.evals());
+    for (int64_t i = 0; i < stopping.evals(); ++i)  // The same path up to the stop.
+      ASSERT_EQ(stopping.history()[i].config, full.history()[i].config) << table.problem.Label();
+    stopped_early += stopping.evals() < 30;
+  }
+  EXPECT_GE(stopped_early, static_cast<int>(Tables().size()) / 2);
+}
+
+}  // namespace
+}  // namespace dr_kernel

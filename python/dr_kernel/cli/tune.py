@@ -44,7 +44,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     strategy = _strategy_names(args.strategy)
     if len(strategy) != 1:
         raise UsageError("--strategy takes one strategy name")
-    options = _parse_options(args.option)
+    from ..tuner import stop_options
+
+    options = {**stop_options(args.stop, strategy[0]), **_parse_options(args.option)}
     space = _parse_space(kernel, args.space)
     _check_range(args, budget=BUDGET, reps=(1, 10**6), seed=SEED, confirm=(0, 10**6), confirm_within=(0.0, MAX),
                  workers=(1, 4096))
@@ -163,6 +165,9 @@ def add_parser(sub) -> None:
                         "wider on a noisy machine)")
     p.add_argument("--interpret", action="store_true",
                    help="measure in Triton's interpreter on the CPU (small shapes; not GPU times)")
+    p.add_argument("--stop", choices=["auto", "budget"], default="auto",
+                   help="auto (default): the agent ends the search once no untried config is likely (20%%) to be "
+                        "5%% faster; budget: use the whole budget")
     p.add_argument("--fresh", action="store_true",
                    help="measure every config anew; by default the configs the store holds for this problem (an "
                         "earlier or interrupted run) count as measured and are not measured again")

@@ -146,6 +146,13 @@ class Walk {
   // Believed probability that a config fails: the prior's, pulled towards the failures and
   // successes measured near it.
   double PFail(const Config& config) const;
+  // Believed chance that the most promising untried config runs at least `gain` (a fraction)
+  // faster than the best measured (its probability of improvement): over the prior's first untried
+  // configs and a spread of the others, by each one's belief (log time normal, its spread widened by
+  // what the residuals measured so far leave unexplained, so that a model that has been wrong is
+  // believed less) and its failure belief. 1 before three configs ran, 0 when none is untried.
+  // Draws nothing from the walk's random stream.
+  double GainChance(double gain) const;
 
   // Spearman rank correlation between predictions made just before measuring and the measured
   // times, over the ok measurements (0 with fewer than TrustConfig::min_pairs of them).

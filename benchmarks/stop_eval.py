@@ -1,0 +1,79 @@
+"""Adaptive stopping in replay (issue 10): evaluations used against the quality reached, with the
+agent on kernel families it has never seen (leave-one-family-out, the shipped recipe).
+
+    .venv/bin/python benchmarks/stop_eval.py [--stops 0,0.05,0.1,0.2] [--budget 100] [--repeats 10] [--json OUT]
+
+For each family: the agent is trained once on the other families' tables, then each problem of
+the family is replayed with ppo's `stop` option at each threshold (0: the whole budget). Per
+threshold: the median evaluations a session used, the median of its final best over the table's
+best, and how many problems ended more than 5 % above the best (median run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    from dr_kernel import MODEL_FILE, POLICY_FILE, _core, bundled_tables
+    from dr_kernel.holdout import BC_EPISODES, PPO_STEPS, SYNTHETIC
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--stops", default="0,0.05,0.1,0.2")
+    p.add_argument("--budget", type=int, default=100)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--json", type=Path)
+    p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="another ppo option for every stopping run (stop_gain, stop_after, stop_trust)")
+    p.add_argument("--agents", type=Path, help="keep (and reuse) each family's trained agent in this folder")
+    args = p.parse_args()
+    stops = [float(s) for s in args.stops.split(",")]
+    extra = {k: float(v) for k, v in (o.split("=", 1) for o in args.option)}
+    tables = _core.read_tables([str(t) for t in bundled_tables()])
+    families = list(dict.fromkeys(t.problem["family"] for t in tables))
+    rows = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.agents or Path(scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        for family in families:
+            others = [t for t in tables if t.problem["family"] != family]
+            policy, model = folder / f"{family}.policy.bin", folder / f"{family}.model.bin"
+            if policy.exists() and model.exists():
+                _core.load_agent(str(policy), str(model))
+            else:
+                _core.train_agent(others, PPO_STEPS, BC_EPISODES, SYNTHETIC, 0, str(policy), str(model))
+            held = [t for t in tables if t.problem["family"] == family]
+            for stop in stops:
+                options = {"stop": stop, **extra} if stop > 0 else {}
+                report = json.loads(_core.replay(held, "ppo", args.budget, args.repeats, 1.05, 0, options).to_json())
+                for problem in report["problems"]:
+                    rows.append({"stop": stop, "family": family, "shape": problem["shape"],
+                                 "used": problem["evaluations_used"]["median"],
+                                 "final": problem["final_over_oracle"],
+                                 "evals_to_within": problem["evals_to_within"]["median"]})
+            print(f"{family}: done after {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+    print(f"{'stop':>6} {'evals used (median, geomean)':>30} {'final/best (median, worst)':>28} {'> 1.05':>7}")
+    for stop in stops:
+        mine = [r for r in rows if r["stop"] == stop]
+        used = [r["used"] for r in mine]
+        final = [r["final"] for r in mine]
+        geomean = math.exp(sum(map(math.log, used)) / len(used))
+        print(f"{stop:6.2f} {statistics.median(used):15.1f} {geomean:14.1f} {statistics.median(final):14.3f} "
+              f"{max(final):13.3f} {sum(f > 1.05 for f in final):7d}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
