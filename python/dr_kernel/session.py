@@ -238,8 +238,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     `in_process`: `measure` times configs in this process, so each is measured and stored before
     the next (a config that crashes the process takes only itself with it).
 
-    `known` maps configs (as sorted item tuples) measured before, in an earlier session over a
-    smaller space, to their measurements: a proposal of one of them counts as an evaluation but
+    `known` maps configs (as sorted item tuples) measured before (in an earlier session over a
+    smaller space, or the store's rows of a run that is resumed) to their measurements: a proposal of one of them counts as an evaluation but
     costs nothing and is not measured again.
     """
     from . import _core
