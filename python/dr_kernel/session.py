@@ -239,8 +239,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     the next (a config that crashes the process takes only itself with it).
 
     `known` maps configs (as sorted item tuples) measured before (in an earlier session over a
-    smaller space, or the store's rows of a run that is resumed) to their measurements: a proposal of one of them counts as an evaluation but
-    costs nothing and is not measured again.
+    smaller space, or the store's rows of a run that is resumed) to their measurements: a proposal
+    of one of them counts as an evaluation but costs nothing and is not measured again.
     """
     from . import _core
 
