@@ -30,3 +30,11 @@ def run(n: int, seed: int = 0):
     y = torch.empty_like(x)
     scale_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)
     return x, y
+
+
+@optimize(max_evals=0, key=["n"], space={"BLOCK": [32, 64, 128, 256], "num_warps": [1, 2, 4]})
+@triton.jit
+def predicted_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=mask), mask=mask)

@@ -179,7 +179,7 @@ def test_bad_tuning_arguments_are_refused_at_decoration():
     from optimize_kernels import SPACE, scale_kernel
 
     jit = scale_kernel.fn
-    for kwargs, message in [({"max_evals": 0}, "max_evals=0: give how many configs"),
+    for kwargs, message in [({"max_evals": -1}, "max_evals=-1: give how many configs"),
                             ({"max_evals": -3}, "max_evals=-3: give"), ({"max_evals": 2.5}, "max_evals=2.5: give"),
                             ({"max_seconds": 0}, "max_seconds=0: give a positive number"),
                             ({"max_seconds": -1.0}, "max_seconds=-1.0: give"),
@@ -191,3 +191,32 @@ def test_bad_tuning_arguments_are_refused_at_decoration():
         with pytest.raises(ValueError, match=re.escape(message)):
             optimize(key=["n"], **{"space": SPACE, **kwargs})(jit)
     assert optimize(key=["n"], space=SPACE, max_evals=1, max_seconds=0.5, strategy="anneal")(jit).max_evals == 1
+
+
+def test_max_evals_zero_launches_the_predicted_config_at_once_and_measures_nothing(tmp_path):
+    # Issue 10's zero-wait mode: for start-up latency that matters more than the last per cent.
+    script = r"""
+import json, sys, torch, triton
+from dr_kernel import _core
+from dr_kernel.store import open_store
+from optimize_kernels import predicted_kernel
+n = 1000
+x = torch.randn(n)
+y = torch.empty_like(x)
+predicted_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)
+problem = {"family": "predicted_kernel", "shape": {"n": n}, "device": "cpu (Triton interpreter)", "dtype": "float32"}
+(expected,) = _core.predicted_order(problem, predicted_kernel.space, 1)
+chosen = predicted_kernel.best_config.all_kwargs()
+print(json.dumps({"evaluations": predicted_kernel.evaluations, "correct": bool((y == 2 * x).all()),
+                  "chosen": {k: chosen[k] for k in expected}, "expected": expected,
+                  "rows": open_store(sys.argv[1]).count(), "notes": predicted_kernel.notes}))
+"""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
+    db = tmp_path / "results.db"
+    out = subprocess.run([sys.executable, "-c", script, str(db)], capture_output=True, text=True,
+                         env={**env, "DR_KERNEL_DB": str(db)}, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["evaluations"] == 0 and result["correct"] and result["rows"] == 0
+    assert result["chosen"] == result["expected"]
+    assert "predicted config" in result["notes"][0]

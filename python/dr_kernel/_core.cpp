@@ -286,6 +286,19 @@ NB_MODULE(_core, m) {
     agent::SetDefaultAgent(std::make_shared<agent::Agent>(agent::LoadAgent(policy_path, model_path)));
   }, nb::arg("policy_path"), nb::arg("model_path"));
   m.def("has_agent", [] { return agent::DefaultAgent() != nullptr; });
+  // The valid configs of `space` in the order the agent's cost model predicts them fastest (its
+  // prior, before any measurement): what a zero-wait launch takes, its first `n`.
+  m.def("predicted_order", [](const nb::dict& problem, const Space& space, size_t n) {
+    const auto trained = agent::DefaultAgent();
+    if (!trained || !trained->model)
+      throw StrategyError("there is no trained cost model to predict with: reinstall dr_kernel (it ships one) or "
+                          "run `dr-kernel train`");
+    const agent::Prior prior = agent::PriorFromModel(trained->model.get(), ToProblem(problem), space);
+    nb::list out;
+    for (size_t i = 0; i < prior.order.size() && i < n; ++i)
+      out.append(FromNamed(space.Named(space.FromIndex(prior.order[i]))));
+    return out;
+  }, nb::arg("problem"), nb::arg("space"), nb::arg("n") = 1);
   m.def("train_agent", [](const std::vector<ProblemTable>& tables, int64_t ppo_steps, int bc_episodes,
                           int synthetic_tasks, uint64_t seed, const std::string& policy_path,
                           const std::string& model_path, nb::object on_update) {

@@ -318,9 +318,9 @@ def _check_limits(name: str, max_evals: Any, max_seconds: Any, strategy: Any, se
     def whole(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
 
-    if max_evals is not None and not (whole(max_evals) and max_evals >= 1):
+    if max_evals is not None and not (whole(max_evals) and max_evals >= 0):
         raise ValueError(f"{name}: max_evals={max_evals!r}: give how many configs to measure per key, a whole "
-                         "number of at least 1")
+                         "number (0: measure none, launch the cost model's predicted best)")
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not max_seconds > 0:
         raise ValueError(f"{name}: max_seconds={max_seconds!r}: give a positive number of tuning seconds per key "
                          "(math.inf: no limit)")
@@ -542,6 +542,8 @@ class TunedKernel(TritonAutotuner):
         if len(candidates) == 1 and self.listed is not None:
             return self._to_config(candidates[0]), False
         device = _device_name({**nargs, **kwargs})
+        if self.max_evals == 0:
+            return self._to_config(self._predicted(nargs, kwargs, candidates)), False
         store_key = self.store_key(key, device, candidates or [self.space_dict or {}])
         looked = time.perf_counter()
         stored = self.store().get_winner(store_key)
@@ -550,6 +552,23 @@ class TunedKernel(TritonAutotuner):
             return self._to_config(stored[0]), False
         config = self._tune(nargs, kwargs, key, device, store_key, candidates)
         return self._to_config(config), True
+
+    def _predicted(self, nargs: dict, kwargs: dict, candidates: list[dict]) -> dict:
+        """Zero-wait (max_evals=0): the config the cost model predicts fastest for this call, not
+        measured, not stored (a later process predicts again, in microseconds). A stored winner
+        is not looked up either: max_evals=0 asks for no tuning of any kind."""
+        from . import _core
+
+        space = self.space if self.listed is None else make_space(configs=candidates)
+        values = {**nargs, **kwargs}
+        shape = {k: values[k] for k in self.key
+                 if isinstance(values.get(k), (int, float)) and not isinstance(values.get(k), bool)}
+        dtype = next((str(v.dtype).replace("torch.", "") for v in nargs.values() if is_tensor(v)), "")
+        problem = {"family": self.__name__, "shape": shape, "device": _device_name(values), "dtype": dtype}
+        (config,) = _core.predicted_order(problem, space, 1)
+        self.notes.append(f"{self.__name__}: max_evals=0: launched the cost model's predicted config {config}, "
+                          "unmeasured")
+        return dict(config)
 
     # ----- tuning --------------------------------------------------------------------------------
 
