@@ -543,7 +543,7 @@ class TunedKernel(TritonAutotuner):
             return self._to_config(candidates[0]), False
         device = _device_name({**nargs, **kwargs})
         if self.max_evals == 0:
-            return self._to_config(self._predicted(nargs, kwargs, candidates)), False
+            return self._to_config(self._predicted(nargs, kwargs, candidates, device)), False
         store_key = self.store_key(key, device, candidates or [self.space_dict or {}])
         looked = time.perf_counter()
         stored = self.store().get_winner(store_key)
@@ -553,7 +553,7 @@ class TunedKernel(TritonAutotuner):
         config = self._tune(nargs, kwargs, key, device, store_key, candidates)
         return self._to_config(config), True
 
-    def _predicted(self, nargs: dict, kwargs: dict, candidates: list[dict]) -> dict:
+    def _predicted(self, nargs: dict, kwargs: dict, candidates: list[dict], device: str) -> dict:
         """Zero-wait (max_evals=0): the config the cost model predicts fastest for this call, not
         measured, not stored (a later process predicts again, in microseconds). A stored winner
         is not looked up either: max_evals=0 asks for no tuning of any kind."""
@@ -564,7 +564,7 @@ class TunedKernel(TritonAutotuner):
         shape = {k: values[k] for k in self.key
                  if isinstance(values.get(k), (int, float)) and not isinstance(values.get(k), bool)}
         dtype = next((str(v.dtype).replace("torch.", "") for v in nargs.values() if is_tensor(v)), "")
-        problem = {"family": self.__name__, "shape": shape, "device": _device_name(values), "dtype": dtype}
+        problem = {"family": self.__name__, "shape": shape, "device": device, "dtype": dtype}
         (config,) = _core.predicted_order(problem, space, 1)
         self.notes.append(f"{self.__name__}: max_evals=0: launched the cost model's predicted config {config}, "
                           "unmeasured")
