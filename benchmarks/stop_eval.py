@@ -24,7 +24,7 @@ from pathlib import Path
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
     from dr_kernel import MODEL_FILE, POLICY_FILE, _core, bundled_tables
-    from dr_kernel.holdout import BC_EPISODES, PPO_STEPS, SYNTHETIC
+    from dr_kernel.holdout import use_agent_without
 
     p = argparse.ArgumentParser()
     p.add_argument("--stops", default="0,0.05,0.1,0.2")
@@ -43,14 +43,8 @@ def main() -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.agents or Path(scratch)
-        folder.mkdir(parents=True, exist_ok=True)
         for family in families:
-            others = [t for t in tables if t.problem["family"] != family]
-            policy, model = folder / f"{family}.policy.bin", folder / f"{family}.model.bin"
-            if policy.exists() and model.exists():
-                _core.load_agent(str(policy), str(model))
-            else:
-                _core.train_agent(others, PPO_STEPS, BC_EPISODES, SYNTHETIC, 0, str(policy), str(model))
+            use_agent_without(family, tables, folder)
             held = [t for t in tables if t.problem["family"] == family]
             for stop in stops:
                 options = {"stop": stop, **extra} if stop > 0 else {}

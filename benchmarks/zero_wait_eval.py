@@ -20,20 +20,15 @@ from pathlib import Path
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
     from dr_kernel import MODEL_FILE, POLICY_FILE, _core, bundled_tables
-    from dr_kernel.holdout import BC_EPISODES, PPO_STEPS, SYNTHETIC
+    from dr_kernel.holdout import use_agent_without
 
     p = argparse.ArgumentParser()
     p.add_argument("--agents", type=Path, required=True)
     args = p.parse_args()
-    args.agents.mkdir(parents=True, exist_ok=True)
     tables = _core.read_tables([str(t) for t in bundled_tables()])
     ratios = []
     for family in dict.fromkeys(t.problem["family"] for t in tables):
-        policy, model = args.agents / f"{family}.policy.bin", args.agents / f"{family}.model.bin"
-        if not (policy.exists() and model.exists()):
-            others = [t for t in tables if t.problem["family"] != family]
-            _core.train_agent(others, PPO_STEPS, BC_EPISODES, SYNTHETIC, 0, str(policy), str(model))
-        _core.load_agent(str(policy), str(model))
+        use_agent_without(family, tables, args.agents)
         for table in (t for t in tables if t.problem["family"] == family):
             rows = table.rows()
             names = list(rows[0][0])
