@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-# The shipped recipe (`dr-kernel train`'s defaults).
+# The shipped recipe: `dr-kernel train`'s defaults, and the agents trained here.
 PPO_STEPS, BC_EPISODES, SYNTHETIC = 200_000, 1500, 24
 
 

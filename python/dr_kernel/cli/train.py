@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..holdout import BC_EPISODES, PPO_STEPS, SYNTHETIC
 from .common import MIN_TRAINING_ROWS, SEED, UsageError, _check_range, _read_tables
 
 
@@ -58,11 +59,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="pre-train the cost model and the PPO agent on recorded tables")
     p.add_argument("--data", nargs="+", type=Path, help="recorded tables; default: the bundled H200 tables")
-    p.add_argument("--ppo-steps", type=int, default=200_000,
+    p.add_argument("--ppo-steps", type=int, default=PPO_STEPS,
                    help="simulated PPO steps (default 200,000: on kernel families it has not seen, the agent did "
                         "better than with 1,000,000, which fit the training families)")
-    p.add_argument("--bc-episodes", type=int, default=1500, help="expert episodes for behaviour cloning (default 1500)")
-    p.add_argument("--synthetic", type=int, default=24,
+    p.add_argument("--bc-episodes", type=int, default=BC_EPISODES,
+                   help="expert episodes for behaviour cloning (default 1500)")
+    p.add_argument("--synthetic", type=int, default=SYNTHETIC,
                    help="synthetic problems between the recorded ones (default 24)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, required=True,
