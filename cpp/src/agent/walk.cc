@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include <Eigen/Dense>
 
@@ -59,15 +61,39 @@ double JumpScore(double mean, double std, double p_fail) { return mean - kOptimi
 }  // namespace
 
 void Prior::Rank(const Space& space) {
-  std::vector<std::pair<double, uint64_t>> scored;
+  // Configs the model scores alike (its trees are piecewise constant, so ties are common) are
+  // ordered by their values, parameters by name and numbers as numbers, not by their index in the
+  // space: the index follows the order the user listed each parameter's values in, and the
+  // prediction must not.
+  struct Scored {
+    double score;
+    std::vector<std::pair<double, std::string>> key;
+    uint64_t index;
+  };
+  std::vector<size_t> by_name(space.num_params());
+  for (size_t p = 0; p < by_name.size(); ++p) by_name[p] = p;
+  std::sort(by_name.begin(), by_name.end(),
+            [&](size_t a, size_t b) { return space.params()[a].name < space.params()[b].name; });
+  std::vector<Scored> scored;
   space.ForEach([&](const Config& c) {
     const uint64_t i = space.Index(c);
-    scored.emplace_back(JumpScore(log_ms[i], log_std[i], p_fail[i]), i);
+    Scored s{JumpScore(log_ms[i], log_std[i], p_fail[i]), {}, i};
+    for (const size_t p : by_name) {
+      const Value& v = space.params()[p].values[c[p]];
+      if (std::holds_alternative<std::string>(v))
+        s.key.emplace_back(0.0, std::get<std::string>(v));
+      else
+        s.key.emplace_back(ToDouble(v), std::string());
+    }
+    scored.push_back(std::move(s));
     return true;
   });
-  std::sort(scored.begin(), scored.end());
+  std::sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
+    if (a.score != b.score) return a.score < b.score;
+    return a.key < b.key;
+  });
   order.clear();
-  for (const auto& [score, i] : scored) order.push_back(i);
+  for (const auto& s : scored) order.push_back(s.index);
 }
 
 Walk::Walk(const Space& space, const Prior& prior, std::vector<double> problem_features, int64_t budget,

@@ -65,6 +65,36 @@ void Jump(Walk* s, const Truth& t, int n) {
   }
 }
 
+// The model's trees score many configs alike; those must not be ordered by the order the user
+// listed a parameter's values in (a space read from text once sorted 128 before 16).
+TEST(PriorRankTest, TiesAreOrderedByValueNotByTheSpacesListingOrder) {
+  const Space ascending({{"BLOCK", {int64_t{16}, int64_t{32}, int64_t{128}}}, {"num_warps", {int64_t{4}, int64_t{8}}}});
+  const Space shuffled({{"num_warps", {int64_t{8}, int64_t{4}}}, {"BLOCK", {int64_t{128}, int64_t{16}, int64_t{32}}}});
+  auto ranked = [](const Space& space, double slow_block) {
+    Prior prior;
+    prior.log_ms.assign(space.product_size(), 0.0);
+    prior.log_std.assign(space.product_size(), 1.0);
+    prior.p_fail.assign(space.product_size(), 0.1);
+    space.ForEach([&](const Config& c) {  // One block predicted slower; the rest tie.
+      if (ToDouble(*Find(space.Named(c), "BLOCK")) == slow_block) prior.log_ms[space.Index(c)] = 1.0;
+      return true;
+    });
+    prior.Rank(space);
+    std::vector<std::string> names;
+    for (const uint64_t i : prior.order) {
+      NamedValues named = space.Named(space.FromIndex(i));
+      std::sort(named.begin(), named.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      names.push_back(ToJson(named));
+    }
+    return names;
+  };
+  const auto a = ranked(ascending, 16), b = ranked(shuffled, 16);
+  ASSERT_EQ(a.size(), 6u);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.front(), R"({"BLOCK":32,"num_warps":4})");  // Smallest values first among the ties.
+  EXPECT_EQ(a[4], R"({"BLOCK":16,"num_warps":4})");       // The slow block last, still by value.
+}
+
 TEST(WalkTrustTest, AGoodPriorIsTrustedMoreAndAMirroredOneLess) {
   const Truth& t = Softmax();
   const Prior good = PriorOf(t, 1, 0.05, 1), mirrored = PriorOf(t, -1, 0.05, 1);
