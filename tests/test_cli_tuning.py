@@ -132,6 +132,28 @@ def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_
     assert code == 0 and "not GPU times" in out and "best:" in out
 
 
+def test_tune_in_process_measures_here_and_says_how_to_run_it_when_it_cannot(capsys, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    # Kernels decorated without the interpreter (this process's) cannot run on the CPU here: one
+    # clear line naming the fix.
+    code, _, err = run(capsys, "tune", *TINY_SOFTMAX, "--space", TINY_SPACE, "--budget", "2", "--in-process",
+                       "--db", str(tmp_path / "a.db"))
+    assert code == 2 and "TRITON_INTERPRET=1" in err and "isolate" in err
+    # With the interpreter on from the start, the whole flow runs in the one process: configs are
+    # measured and stored as in a worker, with the same statuses.
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, "-m", "dr_kernel.cli", "tune", *TINY_SOFTMAX, "--space", TINY_SPACE,
+                           "--budget", "4", "--seed", "1", "--in-process", "--confirm", "0", "--db",
+                           str(tmp_path / "b.db"), "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["in_process"] and result["evaluations"] == 4 and result["statuses"] == {"ok": 4}
+    assert result["best_ms"] > 0 and _core.Store(str(tmp_path / "b.db")).count() == 4
+
+
 def test_tune_goes_on_from_what_the_store_holds_and_fresh_measures_again(capsys, tmp_path):
     # Issue 9, point 14: a second run (or a run after an interruption) re-measured every config.
     db = tmp_path / "r.db"

@@ -90,6 +90,57 @@ def test_a_job_that_cannot_set_up_is_one_clear_error():
             pool.measure([{"BLOCK": 256, "num_warps": 1, "num_stages": 1}])
 
 
+@dataclass
+class SlowSetupJob(ToyJob):
+    """ToyJob whose set-up takes `setup_s` (as a GPU worker's CUDA start does) or raises."""
+
+    setup_s: float = 0.0
+    fail: bool = False
+
+    def setup(self, device):
+        time.sleep(self.setup_s)
+        if self.fail:
+            raise RuntimeError("no CUDA device")
+        return super().setup(device)
+
+
+def first_measurement_s(pool: MeasurePool, work_s: float = 0.0, ahead: bool = False) -> float:
+    if ahead:
+        began = time.perf_counter()
+        pool.start()
+        assert time.perf_counter() - began < 0.5, "start() waited for the set-up"
+    time.sleep(work_s)  # The caller's own work (a session's first compiles).
+    began = time.perf_counter()
+    (m, _), = pool.measure([{"mode": "ok"}])
+    assert m["status"] == "ok"
+    return time.perf_counter() - began
+
+
+def test_a_pool_started_ahead_sets_up_while_the_caller_works():
+    # Started on demand, the first measurement waits for the whole set-up (a fresh interpreter,
+    # its imports, 1.5 s of the job's own); started ahead, that overlaps the caller's 2 s of work.
+    with MeasurePool(SlowSetupJob(setup_s=1.5), ["cpu"], MeasureSettings(reps=2)) as pool:
+        on_demand = first_measurement_s(pool)
+    with MeasurePool(SlowSetupJob(setup_s=1.5), ["cpu"], MeasureSettings(reps=2)) as pool:
+        ahead = first_measurement_s(pool, work_s=2.0, ahead=True)
+    assert on_demand > 1.5
+    assert ahead < on_demand - 1.0, f"on demand {on_demand:.2f} s, started ahead {ahead:.2f} s"
+
+
+def test_a_start_ahead_that_fails_is_the_first_measurements_error():
+    with pytest.raises(WorkerError, match="(?s)could not set up.*no CUDA device"):
+        with MeasurePool(SlowSetupJob(fail=True), ["cpu"]) as pool:
+            pool.start()
+            pool.measure([{"mode": "ok"}])
+    # A pool closed while its start is under way stops the start instead of waiting it out.
+    pool = MeasurePool(SlowSetupJob(setup_s=60), ["cpu"])
+    pool.start()
+    time.sleep(0.5)
+    began = time.perf_counter()
+    pool.close()
+    assert time.perf_counter() - began < 5
+
+
 def test_builtin_softmax_in_the_interpreter_is_validated_against_torch():
     configs = [{"BLOCK": b, "num_warps": 4, "num_stages": 1} for b in (256, 1024)]
     with MeasurePool(BuiltinJob("softmax", {"rows": 4, "cols": 600}, "fp32"), ["cpu"], MeasureSettings(reps=2)) as pool:

@@ -179,6 +179,43 @@ def test_neighbours_are_compiled_ahead_for_one_step_strategies():
     assert neighbours and neighbours <= guessed
 
 
+def compile_any(request: CompileRequest) -> StaticReport:
+    """Every config compiles, each to a binary of its own."""
+    report = StaticReport(kernel="matmul", config=dict(request.config), compile_s=0.1, valid=True)
+    report.binary_hash = str(sorted(request.config.items()))
+    return report
+
+
+def test_the_agents_first_jumps_are_compiled_at_once_on_every_compile_worker():
+    # ppo measures what its cost model ranks best first: the session queues the top-ranked configs
+    # (one per compile worker) before the first measurement, not only the neighbours after it.
+    from dr_kernel import _core
+
+    problem = {"family": "matmul", "shape": {"M": 4096, "N": 4096, "K": 4096}, "device": "NVIDIA H200",
+               "dtype": "fp16"}
+    space = make_space({"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256],
+                        "BLOCK_K": [32, 64, 128], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4]})
+    stage = StaticStage(CompilePool(workers=4, timeout_s=30, task=compile_any),
+                        lambda config: CompileRequest("matmul", dict(config)))
+    seen = []
+
+    def measure(configs, best_ms):
+        seen.extend(configs)
+        return [({"status": "ok", "ms": 1.0, "ms_p20": 1.0, "ms_p80": 1.0, "relerr": 0.0}, 0.1) for _ in configs]
+
+    try:
+        run_session(problem, space, measure, static=stage, strategy="ppo", max_evals=1, seed=0)
+        queued = set(stage.reports) | set(stage._tickets)
+    finally:
+        stage.close()
+    top = [tuple(sorted(c.items())) for c in _core.predicted_order(problem, space, 4)]
+    first = seen[0]
+    assert tuple(sorted(first.items())) == top[0]
+    near = {tuple(sorted(n.items())) for n in space.neighbours(first)}
+    assert set(top[1:]) - near, "the ranked configs are all neighbours: the test cannot tell the two apart"
+    assert set(top) <= queued
+
+
 def test_real_compiles_refuse_an_over_limit_matmul_and_share_softmax_binaries(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     seen: list[dict] = []

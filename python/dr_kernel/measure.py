@@ -211,6 +211,53 @@ def measure_config(job: Job, state: Any, config: dict, reference: list | None, b
             "relerr": relerr, "load_s": load_s, "reps": len(times), **extra}, kept
 
 
+def in_process(job: Job, state: Any, settings: MeasureSettings, device: str, do_bench: Callable | None = None
+               ) -> Callable[[list[dict], float], list[tuple[dict, float]]]:
+    """MeasurePool.measure's contract, measured in this process (as triton.autotune measures):
+    no worker to start, and a config that crashes the GPU context ends the process. `state` is
+    `job.setup(device)`'s; `do_bench` (triton.autotune's) times a config that checked correct."""
+    timer = _Timer(device, settings.flush_bytes)
+    reference = [job.expected(state)]
+
+    def bench(config: dict, best_ms: float) -> dict:
+        # The user's benchmarker (triton.autotune's do_bench=): check once, then let it time.
+        result, outs = measure_config(job, state, config, reference[0], best_ms,
+                                      MeasureSettings(reps=1, min_reps=1, max_relerr=settings.max_relerr), timer)
+        if result["status"] != "ok":
+            return result, outs
+
+        def kernel_call():
+            job.before_launch(state, config)
+            job.launch(state, config)
+            job.after_launch(state, config)
+
+        try:
+            times = do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
+        except Exception as error:  # noqa: BLE001 -- classified as a launch would be.
+            return classify(error), None
+        times = list(times) if isinstance(times, (list, tuple)) else [times] * 3
+        result.update({"ms": float(times[0]), "ms_p20": float(times[1]), "ms_p80": float(times[2])})
+        return result, outs
+
+    def measure(configs: list[dict], best_ms: float) -> list[tuple[dict, float]]:
+        out = []
+        for config in configs:
+            start = time.perf_counter()
+            if do_bench is not None:
+                result, outs = bench(config, best_ms)
+            else:
+                result, outs = measure_config(job, state, config, reference[0], best_ms, settings, timer)
+            checked = not isinstance(state, dict) or state.get("checked", True)  # A KernelJob may time unchecked.
+            if reference[0] is None and outs is not None and checked:
+                reference[0] = outs
+            if result["status"] == "ok":
+                best_ms = min(best_ms, result["ms"])
+            out.append((result, time.perf_counter() - start))
+        return out
+
+    return measure
+
+
 def _child_entry(fd: int) -> None:
     """Entry point of a measuring process: its first message is (job, device, settings)."""
     conn = Connection(fd)
@@ -250,6 +297,8 @@ class _Worker:
     process: Any = None
     conn: Any = None
     restarts: int = 0
+    starting: threading.Thread | None = None  # start()'s thread, until a measurement joins it.
+    start_error: BaseException | None = None
 
 
 @dataclass
@@ -291,6 +340,31 @@ class MeasurePool:
             self._kill(worker)
             raise WorkerError(f"the measuring worker on {worker.device} could not set up the kernel:\n{payload}")
 
+    def start(self) -> None:
+        """Starts every measuring process not running yet, in the background, and returns at once:
+        a worker's set-up (a fresh interpreter, CUDA, the inputs and their reference) then overlaps
+        the session's first compiles instead of following them. A start that fails is reported
+        by the first measurement on that worker, as a start made there would be."""
+        for worker in self._workers:
+            if worker.process is None and worker.starting is None:
+                worker.starting = threading.Thread(target=self._start_in_background, args=(worker,),
+                                                   name=f"dr_kernel measure start {worker.device}", daemon=True)
+                worker.starting.start()
+
+    def _start_in_background(self, worker: _Worker) -> None:
+        try:
+            self._start(worker)
+        except BaseException as error:  # noqa: BLE001 -- raised by the measurement that waits for it.
+            worker.start_error = error
+
+    def _join_start(self, worker: _Worker) -> None:
+        if worker.starting is not None:
+            worker.starting.join()
+            worker.starting = None
+        if worker.start_error is not None:
+            error, worker.start_error = worker.start_error, None
+            raise error
+
     def _receive(self, worker: _Worker, timeout: float):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -322,6 +396,7 @@ class MeasurePool:
         worker.process = worker.conn = None
 
     def _measure_one(self, worker: _Worker, config: dict, best_ms: float) -> tuple[dict, float]:
+        self._join_start(worker)
         if worker.process is None:
             self._start(worker)
         start = time.perf_counter()
@@ -368,6 +443,16 @@ class MeasurePool:
 
     def close(self) -> None:
         for w in self._workers:
+            # A start still under way was not needed (nothing was measured on it): stop it.
+            deadline = time.monotonic() + 30
+            while w.starting is not None and w.starting.is_alive() and time.monotonic() < deadline:
+                if w.process is not None and w.process.poll() is None:
+                    w.process.kill()
+                w.starting.join(0.1)
+            try:
+                self._join_start(w)
+            except BaseException:  # noqa: BLE001 -- a worker that never started has nothing to stop.
+                pass
             if w.process is not None and w.process.poll() is None:
                 try:
                     w.conn.send(("stop",))

@@ -356,6 +356,14 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         if on_trial is not None:
             on_trial(config, measurement, elapsed_s)
 
+    if static is not None and prefetch and trusted[0] and strategy == "ppo":
+        # The agent's first measurements jump to what its cost model ranks best: compile those on
+        # every idle compile worker at once, while the measuring process starts.
+        try:
+            first = _core.predicted_order(dict(problem), space, static.pool.workers)
+        except (RuntimeError, ValueError):  # No trained model, or a space too large to rank whole.
+            first = []
+        static.guess([c for c in first if not (known and _key(c) in known)])
     options = dict(options or {})
     per_round = PER_ROUND_OPTION.get(strategy)
     if per_round is not None and parallel > 1:
@@ -513,18 +521,26 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
                  options: Mapping[str, float] | None = None, interpret: bool = False, store=None,
                  source: str = "tune", workers: int | None = None, compile_timeout_s: float = 120.0,
                  settings=None, on_trial=None, space=None, limits: DeviceLimits | None = None,
-                 prefetch: bool | None = None, measure_pool=None, resume: bool = False) -> SessionResult:
+                 prefetch: bool | None = None, measure_pool=None, resume: bool = False,
+                 isolate: bool = True) -> SessionResult:
     """Tunes a built-in kernel on one problem: the flow @optimize runs, on the kernel's own space
     (or `space`), measuring on every visible GPU, or on the CPU in Triton's interpreter when
     `interpret` (those times order configs for testing; they are not GPU times). Static analysis
     is for `limits` (default: the visible GPU's, or the H200's under the interpreter). `resume`
     takes the configs `store` holds for this problem as measured: they count as evaluations and
-    are not measured again, so that a session stopped part-way goes on where it stopped."""
+    are not measured again, so that a session stopped part-way goes on where it stopped.
+    `isolate=False` measures in this process on the first device, as triton.autotune does: no
+    measuring process to start (seconds of a short session), and a config that crashes the GPU
+    context ends this process."""
     from .analysis import device_limits
-    from .measure import BuiltinJob, MeasurePool, visible_devices
+    from .measure import BuiltinJob, MeasurePool, in_process, visible_devices
     from .space import make_space
 
     shape = kernel.check_shape(shape)
+    if interpret and not isolate and type(kernel.fn).__name__ != "InterpretedFunction":
+        raise ValueError(f"{kernel.name} was decorated without Triton's interpreter, so it cannot run on the CPU "
+                         "in this process: set TRITON_INTERPRET=1 before dr_kernel's kernels are imported, or "
+                         "measure in a worker process (isolate=True)")
     if space is None:
         space = make_space(kernel.space, constraints=kernel.constraints)
     devices = ["cpu"] if interpret else visible_devices()
@@ -534,18 +550,24 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
     if limits is None:
         limits = H200 if interpret else device_limits(0)
     problem = builtin_problem(kernel, shape, dtype, device_name(interpret))
-    own_pool = measure_pool is None
     settings = settings or _settings()
-    pool = measure_pool or MeasurePool(BuiltinJob(kernel.name, dict(shape), dtype), devices, settings)
+    job = BuiltinJob(kernel.name, dict(shape), dtype)
+    own_pool = measure_pool is None and isolate
+    pool = measure_pool or (MeasurePool(job, devices, settings) if isolate else None)
+    if pool is not None:
+        pool.start()  # Its set-up overlaps the compile pool's start and the first compiles.
+        measure, parallel = pool.measure, len(devices)
     stage = StaticStage(CompilePool(workers=workers, timeout_s=compile_timeout_s),
                         builtin_describer(kernel, shape, dtype, limits))
+    if pool is None:  # The compile workers are forked by now; this process's CUDA start overlaps them.
+        measure, parallel = in_process(job, job.setup(devices[0]), settings, devices[0]), 1
     known = stored_measurements(store, problem, space) if resume and store is not None else None
     try:
-        return run_session(problem, space, pool.measure, static=stage, strategy=strategy, max_evals=max_evals,
+        return run_session(problem, space, measure, static=stage, strategy=strategy, max_evals=max_evals,
                            max_seconds=max_seconds, seed=seed, options=options, store=store, source=source,
-                           on_trial=on_trial, prefetch=prefetch, parallel=len(devices), confirm=settings.confirm,
+                           on_trial=on_trial, prefetch=prefetch, parallel=parallel, confirm=settings.confirm,
                            confirm_rounds=settings.confirm_rounds, confirm_within=settings.confirm_within,
-                           known=known)
+                           known=known, in_process=pool is None)
     finally:
         stage.close()
         if own_pool:

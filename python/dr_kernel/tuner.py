@@ -48,7 +48,7 @@ from .checking import (
     tolerance,
     written,
 )
-from .measure import Job, MeasurePool, MeasureSettings, relative_error, visible_devices
+from .measure import Job, MeasurePool, MeasureSettings, in_process, relative_error, visible_devices
 from .space import LAUNCH_OPTIONS, config_dict, make_space
 
 # Keyword arguments Triton's launch path passes down that are not kernel arguments.
@@ -783,13 +783,14 @@ class TunedKernel(TritonAutotuner):
                 votes: dict[tuple, tuple] = {}
                 if isolate:
                     pool = MeasurePool(job, devices, self.settings)
+                    pool.start()  # Its set-up overlaps the session's first compiles.
                     measure_configs, close = pool.measure, pool.close
                     note = None
                 else:
                     phase = time.perf_counter()
                     state = job.setup(devices[0] if devices[0] != "cpu" else _tensor_device(nargs))
                     self._phase("setup", phase)
-                    measure_configs, close = _in_process(job, state, self.settings, devices[0], self._do_bench), None
+                    measure_configs, close = in_process(job, state, self.settings, devices[0], self._do_bench), None
                     note = state["note"]
                 if note is not None:
                     self._note(f"{self.__name__}: configs are timed unchecked for key {key}: {note}.")
@@ -981,51 +982,6 @@ def _placeholder(value: Any, pointer: type) -> Any:
     from triton._utils import canonicalize_dtype
 
     return pointer(canonicalize_dtype(value.dtype), value.data_ptr() % 16 == 0)
-
-
-def _in_process(job: Job, state: Any, settings: MeasureSettings, device: str, do_bench: Callable | None = None):
-    from .checking import classify
-    from .measure import _Timer, measure_config
-
-    timer = _Timer(device, settings.flush_bytes)
-    reference = [job.expected(state)]
-
-    def bench(config: dict, best_ms: float) -> dict:
-        # The user's benchmarker (triton.autotune's do_bench=): check once, then let it time.
-        result, outs = measure_config(job, state, config, reference[0], best_ms,
-                                      MeasureSettings(reps=1, min_reps=1, max_relerr=settings.max_relerr), timer)
-        if result["status"] != "ok":
-            return result, outs
-
-        def kernel_call():
-            job.before_launch(state, config)
-            job.launch(state, config)
-            job.after_launch(state, config)
-
-        try:
-            times = do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
-        except Exception as error:  # noqa: BLE001 -- classified as a launch would be.
-            return classify(error), None
-        times = list(times) if isinstance(times, (list, tuple)) else [times] * 3
-        result.update({"ms": float(times[0]), "ms_p20": float(times[1]), "ms_p80": float(times[2])})
-        return result, outs
-
-    def measure(configs: list[dict], best_ms: float) -> list[tuple[dict, float]]:
-        out = []
-        for config in configs:
-            start = time.perf_counter()
-            if do_bench is not None:
-                result, outs = bench(config, best_ms)
-            else:
-                result, outs = measure_config(job, state, config, reference[0], best_ms, settings, timer)
-            if reference[0] is None and outs is not None and state.get("checked", True):
-                reference[0] = outs
-            if result["status"] == "ok":
-                best_ms = min(best_ms, result["ms"])
-            out.append((result, time.perf_counter() - start))
-        return out
-
-    return measure
 
 
 def _tensor_device(nargs: dict) -> str:

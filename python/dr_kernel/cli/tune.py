@@ -80,7 +80,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         result = tune_builtin(kernel, shape, dtype, strategy=strategy[0], max_evals=args.budget,
                               max_seconds=args.seconds, seed=args.seed, options=options, interpret=interpret,
                               store=store, source="tune", workers=args.workers, compile_timeout_s=args.timeout,
-                              settings=settings, on_trial=on_trial, space=space, resume=not args.fresh)
+                              settings=settings, on_trial=on_trial, space=space, resume=not args.fresh,
+                              isolate=not args.in_process)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     except WorkerError as e:
         raise UsageError(f"the measuring worker failed: {e}") from None
     finally:
@@ -90,7 +93,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
            "interpreted": interpret, "evaluations": result.evaluations, "measured": result.measured,
            "refused": result.refused, "copied": result.copied, "statuses": result.statuses(),
            "tuning_s": result.history[-1][2] if result.history else 0.0, "wall_s": result.wall_s,
-           "split_s": result.split_s,
+           "split_s": result.split_s, "in_process": args.in_process,
            "best_config": result.best_config, "best_ms": result.best_ms if result.best_config else None,
            "confirmed": result.confirmed_json(),
            "db": str(store.path)}
@@ -171,5 +174,8 @@ def add_parser(sub) -> None:
     p.add_argument("--fresh", action="store_true",
                    help="measure every config anew; by default the configs the store holds for this problem (an "
                         "earlier or interrupted run) count as measured and are not measured again")
+    p.add_argument("--in-process", action="store_true",
+                   help="measure in this process, as triton.autotune does: no measuring process to start (seconds "
+                        "of a short search), but a config that crashes the GPU context ends the run")
     p.add_argument("--json", action="store_true", help="print one JSON object, with every evaluation")
     p.set_defaults(func=cmd_tune)
