@@ -5,6 +5,8 @@
 #
 #   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, library, sweeps-a, sweeps-b
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
+#   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
+#   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=python
@@ -39,8 +41,10 @@ matmul_sweep() {  # name shape precision limit_s
 for step in "$@"; do
   case $step in
     bench)
-      timeout 330 python3 benchmarks/gpu_bench.py --out "$work/bench" --cache /tmp/dr_kernel_caches --strategy ppo --deadline 300 \
-        > "$work/bench.log" 2>&1
+      timeout "$(( ${BENCH_DEADLINE:-300} + 60 ))" python3 benchmarks/gpu_bench.py --out "$work/bench" \
+        --cache /tmp/dr_kernel_caches --strategy ppo --deadline "${BENCH_DEADLINE:-300}" \
+        --stops "${BENCH_STOPS:-auto}" ${BENCH_PROBLEMS:+--problems "$BENCH_PROBLEMS"} ${BENCH_ARGS:-} \
+        >> "$work/bench.log" 2>&1
       echo "bench: rc $? after $(elapsed) s"; tail -25 "$work/bench.log" ;;
     library)  # Needs .whl (the libraries' wheels, docs/gpu-notes.md) carried; LIB_* set the runs.
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \

@@ -62,6 +62,14 @@ PROBLEMS = {
     "attention-4x32x4096x64": ("attention", {"Z": 4, "H": 32, "N_CTX": 4096, "HEAD_DIM": 64, "CAUSAL": False}),
     "attention-4x32x4096x64-causal": ("attention", {"Z": 4, "H": 32, "N_CTX": 4096, "HEAD_DIM": 64,
                                                     "CAUSAL": True}),
+    # Shapes no recorded table holds (issue 10): skinny, deep-K and odd matmuls, a vocabulary-wide
+    # softmax whose row no power of two divides, and a long causal attention with wide heads.
+    "matmul-8x8192x8192": ("matmul", {"M": 8, "N": 8192, "K": 8192}),
+    "matmul-512x512x32768": ("matmul", {"M": 512, "N": 512, "K": 32768}),
+    "matmul-3000x5000x1000": ("matmul", {"M": 3000, "N": 5000, "K": 1000}),
+    "softmax-1000x50257": ("softmax", {"rows": 1000, "cols": 50257}),
+    "attention-1x8x16384x128-causal": ("attention", {"Z": 1, "H": 8, "N_CTX": 16384, "HEAD_DIM": 128,
+                                                     "CAUSAL": True}),
 }
 LAUNCH = "launch-overhead"  # The launch microbenchmark, selectable like a problem.
 QUICK = ["matmul-4096", "softmax-4096", "attention-4x32x4096x64", LAUNCH]
@@ -113,7 +121,10 @@ def autotuned_launcher(kernel, configs: list[dict], do_bench=None):
     from dr_kernel.space import to_triton_config
 
     key = {"matmul": ["M", "N", "K"], "softmax": ["n_cols"], "attention": ["N_CTX", "HEAD_DIM"]}[kernel.family]
-    tuned = triton.autotune(configs=[to_triton_config(c) for c in configs], key=key, do_bench=do_bench)(kernel.fn)
+    # A JITFunction of its own: the built-in kernel's keeps the binaries of earlier problems in memory
+    # (the same specialisation serves every 16-aligned matmul), and autotune would start warm.
+    fn = triton.jit(kernel.fn.fn) if isinstance(kernel.fn, triton.runtime.JITFunction) else kernel.fn
+    tuned = triton.autotune(configs=[to_triton_config(c) for c in configs], key=key, do_bench=do_bench)(fn)
     cdiv = triton.cdiv
     if kernel.family == "matmul":
         def launch(i):
@@ -196,55 +207,69 @@ def run_problem(name: str, args, store) -> dict:
 
     # (b) first, in this process, before anything here has launched the kernel: triton.autotune
     # tunes on the first call, compiling each config in turn.
-    use_cache(args.cache, name, "autotune")
-    configs = autotune_configs(family, shape)
     inputs = kernel.make_inputs(shape, "fp16", device, seed=0)
-    cpu_do_bench = (lambda fn, quantiles: [cpu_bench(fn, 1)] * len(quantiles)) if smoke else None
-    tuned, launch = autotuned_launcher(kernel, configs, cpu_do_bench)
-    synchronize()
-    start = time.perf_counter()
-    launch(inputs)
-    synchronize()
-    at_wall = time.perf_counter() - start
-    at_best = dict(tuned.best_config.all_kwargs())
-    result["autotune"] = {"configs": len(configs), "tuning_wall_s": at_wall, "best_config": at_best,
-                          "relerr": relative_error(kernel.output(inputs), kernel.reference(inputs))}
-    print(f"  triton.autotune: {len(configs)} configs in {at_wall:.1f} s", flush=True)
+    launch = None
+    if not args.no_autotune:
+        use_cache(args.cache, name, "autotune")
+        configs = autotune_configs(family, shape)
+        cpu_do_bench = (lambda fn, quantiles: [cpu_bench(fn, 1)] * len(quantiles)) if smoke else None
+        tuned, launch = autotuned_launcher(kernel, configs, cpu_do_bench)
+        synchronize()
+        start = time.perf_counter()
+        launch(inputs)
+        synchronize()
+        at_wall = time.perf_counter() - start
+        at_best = dict(tuned.best_config.all_kwargs())
+        result["autotune"] = {"configs": len(configs), "tuning_wall_s": at_wall, "best_config": at_best,
+                              "relerr": relative_error(kernel.output(inputs), kernel.reference(inputs))}
+        print(f"  triton.autotune: {len(configs)} configs in {at_wall:.1f} s", flush=True)
 
-    # (a) the dr_kernel session, from a cold cache of its own, in its compile and measuring workers.
-    use_cache(args.cache, name, "dr_kernel")
+    # (a) the dr_kernel sessions, one per stop rule, each from a cold cache of its own.
+    from dr_kernel.tuner import stop_options
+
     space = make_space({k: v[:2] for k, v in kernel.space.items()}) if smoke else None
-    session = tune_builtin(kernel, shape, "fp16", strategy=args.strategy, max_evals=evals, seed=args.seed,
-                           store=store, source="gpu_bench", options=parse_options(args.option),
-                           compile_timeout_s=args.compile_timeout, interpret=smoke, space=space)
-    loads = [m["load_s"] for _, m, _ in session.history if m["status"] == "ok" and m["load_s"] == m["load_s"]]
-    result["dr_kernel"] = {
-        "strategy": args.strategy, "max_evals": evals, "evaluations": session.evaluations,
-        "measured": session.measured, "refused": session.refused, "copied": session.copied,
-        "statuses": session.statuses(), "tuning_wall_s": session.wall_s,
-        "tuning_charged_s": session.history[-1][2] if session.history else 0.0,
-        "best_config": session.best_config, "best_ms_while_tuning": session.best_ms,
-        "confirmed": session.confirmed_json(),
-        # Mean first-launch seconds of the measured configs: near 0 when the measuring worker found
-        # the compile pool's binaries in Triton's cache, seconds when it compiled again.
-        "mean_load_s": sum(loads) / len(loads) if loads else None,
-        "history": [{"config": c, "status": m["status"], "ms": m["ms"] if m["ms"] == m["ms"] else None,
-                     "elapsed_s": e} for c, m, e in session.history],
-    }
-    print(f"  dr_kernel {args.strategy}: {session.evaluations} evaluations in {session.wall_s:.1f} s "
-          f"(measured {session.measured}, refused {session.refused}, copied {session.copied})", flush=True)
+    sessions = {}
+    for stop in args.stops.split(","):
+        use_cache(args.cache, name, "dr_kernel" if stop == "auto" else f"dr_kernel_{stop}")
+        options = {**stop_options(stop, args.strategy), **parse_options(args.option)}
+        session = tune_builtin(kernel, shape, "fp16", strategy=args.strategy, max_evals=evals, seed=args.seed,
+                               store=store, source=f"gpu_bench:{stop}", options=options,
+                               compile_timeout_s=args.compile_timeout, interpret=smoke, space=space,
+                               isolate=not args.in_process)
+        sessions[stop] = session
+        loads = [m["load_s"] for _, m, _ in session.history if m["status"] == "ok" and m["load_s"] == m["load_s"]]
+        result["dr_kernel" if stop == "auto" else f"dr_kernel_{stop}"] = {
+            "strategy": args.strategy, "stop": stop, "in_process": args.in_process, "max_evals": evals,
+            "evaluations": session.evaluations,
+            "measured": session.measured, "refused": session.refused, "copied": session.copied,
+            "statuses": session.statuses(), "tuning_wall_s": session.wall_s, "split_s": session.split_s,
+            "tuning_charged_s": session.history[-1][2] if session.history else 0.0,
+            "best_config": session.best_config, "best_ms_while_tuning": session.best_ms,
+            "confirmed": session.confirmed_json(),
+            # Mean first-launch seconds of the measured configs: near 0 when the measuring worker found
+            # the compile pool's binaries in Triton's cache, seconds when it compiled again.
+            "mean_load_s": sum(loads) / len(loads) if loads else None,
+            "history": [{"config": c, "status": m["status"], "ms": m["ms"] if m["ms"] == m["ms"] else None,
+                         "elapsed_s": e} for c, m, e in session.history],
+        }
+        print(f"  dr_kernel {args.strategy} stop={stop}: {session.evaluations} evaluations in {session.wall_s:.1f} s "
+              f"(measured {session.measured}, refused {session.refused}, copied {session.copied})", flush=True)
 
     # (c) and the winners, all timed alike.
     flops, moved = kernel.flops(shape), kernel.bytes(shape, "fp16")
     peak = limits.peak_tflops("fp16", kernel.tensor_cores), limits.peak_gbps
-    timed = {"torch": bench_ms(lambda: kernel.framework(inputs), args.quick),
-             "autotune": bench_ms(lambda: launch(inputs), args.quick)}
-    if session.best_config is not None:
+    timed = {"torch": bench_ms(lambda: kernel.framework(inputs), args.quick)}
+    if launch is not None:
+        timed["autotune"] = bench_ms(lambda: launch(inputs), args.quick)
+    for stop, session in sessions.items():
+        if session.best_config is None:
+            continue
+        who = "dr_kernel" if stop == "auto" else f"dr_kernel_{stop}"
         best = session.best_config
         kernel.launch(inputs, best)
         synchronize()
-        result["dr_kernel"]["relerr"] = relative_error(kernel.output(inputs), kernel.reference(inputs))
-        timed["dr_kernel"] = bench_ms(lambda: kernel.launch(inputs, best), args.quick)
+        result[who]["relerr"] = relative_error(kernel.output(inputs), kernel.reference(inputs))
+        timed[who] = bench_ms(lambda best=best: kernel.launch(inputs, best), args.quick)
     result["torch"] = {"name": kernel.reference_name}
     for who, ms in timed.items():
         result[who]["ms"] = ms
@@ -330,6 +355,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--problems", help="comma-separated problem names (default: all; see --list)")
     p.add_argument("--strategy", default="ppo", help="dr_kernel's strategy (default ppo)")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="a strategy option")
+    p.add_argument("--in-process", action="store_true",
+                   help="measure dr_kernel's configs in this process, as triton.autotune does (no measuring "
+                        "process to start; a config that crashes the GPU context ends the run)")
+    p.add_argument("--no-autotune", action="store_true",
+                   help="skip triton.autotune's first call (its wall time is then absent from the results)")
+    p.add_argument("--stops", default="auto",
+                   help="comma-separated stop rules, one dr_kernel session each from a cold cache (default auto; "
+                        "auto,budget also runs the whole budget, to compare the quality stopping keeps)")
     p.add_argument("--evals", type=int, default=None, help="dr_kernel's evaluations per problem (default 50; 20 quick)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile-timeout", type=float, default=30.0,
@@ -351,20 +384,23 @@ def build_parser() -> argparse.ArgumentParser:
 def summary(out: Path) -> str:
     rows = []
     header = (f"{'problem':<31} {'dr_kernel':>9} {'autotune':>9} {'torch':>9} {'dr/at':>6} {'dr/torch':>8} "
-              f"{'dr tune s':>9} {'at tune s':>9} {'evals (refused, copied)':>24}")
+              f"{'dr tune s':>9} {'at tune s':>9} {'evals (refused, copied)':>24} {'budget ms':>9} {'budget s':>8}")
     for name in PROBLEMS:
         path = out / f"{name}.json"
         if not path.exists():
             continue
         r = json.loads(path.read_text())
-        dr, at, torch_ms = r["dr_kernel"].get("ms"), r["autotune"]["ms"], r["torch"]["ms"]
+        autotune = r.get("autotune", {})
+        dr, at, torch_ms = r["dr_kernel"].get("ms"), autotune.get("ms"), r["torch"]["ms"]
         fmt = lambda v: f"{v:9.4f}" if v is not None else f"{'-':>9}"  # noqa: E731
         ratio = lambda a, b: f"{a / b:6.2f}" if a and b else f"{'-':>6}"  # noqa: E731
-        d = r["dr_kernel"]
+        d, full = r["dr_kernel"], r.get("dr_kernel_budget", {})
         rows.append(f"{name:<31} {fmt(dr)} {fmt(at)} {fmt(torch_ms)} {ratio(dr, at)} {ratio(dr, torch_ms):>8} "
-                    f"{d['tuning_wall_s']:9.1f} {r['autotune']['tuning_wall_s']:9.1f} "
-                    f"{str(d['evaluations']) + ' (' + str(d['refused']) + ', ' + str(d['copied']) + ')':>24}")
-    text = ["kernel ms (do_bench median, L2 cleared); dr/at and dr/torch < 1 mean dr_kernel's winner is faster",
+                    f"{d['tuning_wall_s']:9.1f} {autotune.get('tuning_wall_s', float('nan')):9.1f} "
+                    f"{str(d['evaluations']) + ' (' + str(d['refused']) + ', ' + str(d['copied']) + ')':>24} "
+                    f"{fmt(full.get('ms'))} {full.get('tuning_wall_s', float('nan')):8.1f}")
+    text = ["kernel ms (do_bench median, L2 cleared); dr/at and dr/torch < 1 mean dr_kernel's winner is faster; "
+            "budget: the session with stop=budget, when run",
             header, "-" * len(header), *rows]
     launch = out / f"{LAUNCH}.json"
     if launch.exists():
