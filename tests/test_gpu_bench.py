@@ -43,7 +43,7 @@ def test_command_line_lists_problems_and_refuses_bad_input_in_one_line(tmp_path)
 
 def test_problem_selection_and_hand_picked_lists():
     bench = load()
-    assert bench.parse_problems(None, quick=False)[-1] == bench.LAUNCH and len(bench.parse_problems(None, False)) == 8
+    assert bench.parse_problems(None, quick=False)[-1] == bench.LAUNCH and len(bench.parse_problems(None, False)) == 13
     assert bench.parse_problems(None, quick=True) == bench.QUICK
     assert bench.parse_problems(" softmax-4096 ,launch-overhead", quick=False) == ["softmax-4096", "launch-overhead"]
     with pytest.raises(ValueError, match="unknown problem"):
