@@ -40,7 +40,8 @@ _load_shipped_agent()
 # Triton, which reads TRITON_INTERPRET when its kernels are decorated: they load on first use, so
 # that `import dr_kernel` leaves the variable to be set afterwards (the interpreter's workers do).
 _LAZY = {"autotune": "dropin", "optimize": "decorator", "install": "switch", "installed": "switch",
-         "kept": "switch", "taken_over": "switch", "uninstall": "switch"}
+         "kept": "switch", "taken_over": "switch", "uninstall": "switch", "retune": "hot", "hottest": "hot",
+         "flush_launch_counts": "hot"}
 
 
 def __getattr__(name: str):
@@ -51,5 +52,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'dr_kernel' has no attribute {name!r}")
 
 
-__all__ = ["DATA_DIR", "autotune", "bundled_tables", "install", "installed", "kept", "optimize", "taken_over",
-           "uninstall"]
+__all__ = ["DATA_DIR", "autotune", "bundled_tables", "flush_launch_counts", "hottest", "install", "installed", "kept",
+           "optimize", "retune", "taken_over", "uninstall"]

@@ -266,14 +266,38 @@ NB_MODULE(_core, m) {
       .def("count", [](const Store& s) { return s.Count(); })
       .def("import_tables", &Store::Import, nb::arg("tables"), nb::arg("source") = "")
       .def("export_tables", &Store::Export)
-      .def("put_winner", [](Store& s, const std::string& key, const nb::dict& config, double ms, int64_t evaluations) {
-        s.PutWinner(key, Winner{ToNamed(config), ms, evaluations, kNaN});
-      })
+      .def("put_winner", [](Store& s, const std::string& key, const nb::dict& config, double ms, int64_t evaluations,
+                            const std::string& label, int64_t budget) {
+        Winner w{ToNamed(config), ms, evaluations, kNaN};
+        w.label = label;
+        w.budget = budget;
+        s.PutWinner(key, w);
+      }, nb::arg("key"), nb::arg("config"), nb::arg("ms"), nb::arg("evaluations"), nb::arg("label") = "",
+         nb::arg("budget") = 0)
       .def("get_winner", [](const Store& s, const std::string& key) -> nb::object {
         const auto w = s.GetWinner(key);
         if (!w) return nb::none();
         return nb::make_tuple(FromNamed(w->config), w->ms, w->evaluations);
-      });
+      })
+      .def("add_launches", [](Store& s, const std::vector<std::pair<std::string, int64_t>>& counts) {
+        return s.AddLaunches(counts);
+      }, nb::arg("counts"))
+      .def("hottest_winners", [](const Store& s, int64_t n) {
+        nb::list out;
+        for (const auto& [key, w] : s.HottestWinners(n)) {
+          nb::dict d;
+          d["key"] = key;
+          d["config"] = FromNamed(w.config);
+          d["ms"] = w.ms;
+          d["evaluations"] = w.evaluations;
+          d["budget"] = w.budget;
+          d["launches"] = w.launches;
+          d["label"] = w.label;
+          d["created"] = w.created;
+          out.append(d);
+        }
+        return out;
+      }, nb::arg("n"));
 
   m.def("write_tables", [](const std::vector<ProblemTable>& tables, const std::string& path) {
     std::ofstream out(path);

@@ -214,7 +214,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 launch_key: Callable[[dict], Hashable] | None = None, prefetch: bool | None = None,
                 confirm: int = 0, confirm_rounds: int = 3, confirm_within: float = 0.10,
                 parallel: int = 1, known: Mapping[tuple, dict] | None = None,
-                in_process: bool = False) -> SessionResult:
+                in_process: bool = False, first: Sequence[dict] = ()) -> SessionResult:
     """Tunes one problem and returns what happened.
 
     `measure(configs, best_ms)` validates and times configs on the device and returns one
@@ -241,6 +241,11 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     `known` maps configs (as sorted item tuples) measured before (in an earlier session over a
     smaller space, or the store's rows of a run that is resumed) to their measurements: a proposal
     of one of them counts as an evaluation but costs nothing and is not measured again.
+
+    `first` are configs measured before the strategy's first proposal, as one batch (a stored
+    winner being re-tuned, so that what replaces it is measured beside it): they head the history
+    and are known to the strategy from then on (proposing one costs nothing), so the history holds
+    at most len(first) more evaluations than `max_evals`.
     """
     from . import _core
 
@@ -360,10 +365,10 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         # The agent's first measurements jump to what its cost model ranks best: compile those on
         # every idle compile worker at once, while the measuring process starts.
         try:
-            first = _core.predicted_order(dict(problem), space, static.pool.workers)
+            ranked = _core.predicted_order(dict(problem), space, static.pool.workers)
         except (RuntimeError, ValueError):  # No trained model, or a space too large to rank whole.
-            first = []
-        static.guess([c for c in first if not (known and _key(c) in known)])
+            ranked = []
+        static.guess([c for c in ranked if not (known and _key(c) in known)])
     options = dict(options or {})
     per_round = PER_ROUND_OPTION.get(strategy)
     if per_round is not None and parallel > 1:
@@ -373,20 +378,32 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         # with the session's measurements every 8 of them (0.1 s a refit); replays leave it off.
         options.setdefault("refit", 8)
     try:
+        ahead: list[tuple[dict, dict, float]] = []
+        if first:
+            batch = list(dict.fromkeys(_key(c) for c in first))
+            configs = [dict(k) for k in batch]
+            spent = 0.0
+            for config, (m, seconds) in zip(configs, step(configs), strict=True):
+                spent += seconds
+                ahead.append((config, m, spent))
+                trial(config, m, spent)
+            known = {**(known or {}), **{_key(c): m for c, m, _ in ahead}}
         history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed, options, trial)
-        result.history = [(c, m, s) for c, m, s in history]
+        offset = ahead[-1][2] if ahead else 0.0
+        seen = {_key(c) for c, _, _ in ahead}
+        result.history = ahead + [(c, m, s + offset) for c, m, s in history if _key(c) not in seen]
         ok = [(m["ms"], c) for c, m, _ in result.history if m["status"] == "ok"]
         if ok:
             result.best_ms, result.best_config = min(ok, key=lambda t: t[0])
         if confirm > 1 and ok:
-            first = {_key(c): m for c, m, _ in result.history}
+            measured = {_key(c): m for c, m, _ in result.history}
 
             def remeasure(configs: list[dict]) -> list[dict]:
                 measurements = [dict(m) for m, _ in measure(configs, math.inf)]
                 for config, m in zip(configs, measurements, strict=True):
                     # The binary is the one compiled before: its resource usage is known.
-                    m.update({k: first[_key(config)][k] for k in ("n_regs", "n_spills", "shared", "occupancy")
-                              if k in first[_key(config)]})
+                    m.update({k: measured[_key(config)][k] for k in ("n_regs", "n_spills", "shared", "occupancy")
+                              if k in measured[_key(config)]})
                     if store is not None:
                         writer.add(dict(problem), config, _storable(m), source)
                 return measurements

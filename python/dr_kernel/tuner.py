@@ -35,6 +35,7 @@ from typing import Any
 
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
+from . import hot
 from .checking import (
     changed,
     difference,
@@ -384,6 +385,8 @@ class TunedKernel(TritonAutotuner):
         self._do_bench, self.widen = do_bench, widen
         self.first_config_is_reference, self.source = first_config_is_reference, source
         self.cache: dict[tuple, Any] = {}
+        # Key -> (store file, its winner's key there): where its launches are counted (hot.py).
+        self._store_keys: dict[tuple, tuple[str, str]] = {}
         self.best_config = None
         # The rest of triton.autotune's attributes, for code that reads them.
         self.user_defined_pre_hook, self.user_defined_post_hook = pre_hook is not None, post_hook is not None
@@ -470,6 +473,9 @@ class TunedKernel(TritonAutotuner):
         if chosen is None:
             chosen, tuned_now = self._choose(args, kwargs, key)
             self.cache[key] = chosen
+        counted = self._store_keys.get(key)
+        if counted is not None:
+            hot.count(*counted)
         self.best_config = chosen
         launch = chosen.all_kwargs() if hasattr(chosen, "all_kwargs") else dict(chosen)
         full = {**all_args, **launch}
@@ -548,9 +554,12 @@ class TunedKernel(TritonAutotuner):
         looked = time.perf_counter()
         stored = self.store().get_winner(store_key)
         self.phases_s["store"] += time.perf_counter() - looked
-        if stored is not None:
+        self._store_keys[key] = (self.store().path, store_key)
+        retune = hot.retune_budget(store_key) if stored is not None else None
+        if stored is not None and retune is None:
             return self._to_config(stored[0]), False
-        config = self._tune(nargs, kwargs, key, device, store_key, candidates)
+        config = self._tune(nargs, kwargs, key, device, store_key, candidates,
+                            retune=(retune, dict(stored[0])) if retune is not None else None)
         return self._to_config(config), True
 
     def _predicted(self, nargs: dict, kwargs: dict, candidates: list[dict], device: str) -> dict:
@@ -741,7 +750,9 @@ class TunedKernel(TritonAutotuner):
         return self.strategy, max(WHOLE_LIST, math.ceil(len(candidates) / 2))
 
     def _tune(self, nargs: dict, kwargs: dict, key: tuple, device: str, store_key: str,
-              candidates: list[dict]) -> dict:
+              candidates: list[dict], retune: tuple[int, dict] | None = None) -> dict:
+        """Tunes one key and stores its winner. `retune` = (budget, the stored winner): tune again
+        with that budget, all of it used, the stored winner measured first (hot.py)."""
         from .session import run_session
 
         started = time.perf_counter()
@@ -772,6 +783,12 @@ class TunedKernel(TritonAutotuner):
                     pass  # It cannot be described: the launch compiles it, and the session measures unvetted.
             phase = self._phase("reference compile", phase)
         strategy, budget = self._budget(candidates)
+        stop, first = self.stop, []
+        if retune is not None:
+            budget, incumbent = retune
+            budget = min(budget, space.count_valid())
+            strategy = "exhaustive" if budget >= space.count_valid() else (self.strategy or "ppo")
+            stop, first = "budget", [incumbent] if space.is_valid(incumbent) else []
         sessions = []
         try:
             session = None
@@ -809,9 +826,9 @@ class TunedKernel(TritonAutotuner):
                             job.reference_configs = [{**first_ok, "__grid__": grid_of(first_ok)}]
                     return results
 
-                def tune(space, strategy, budget, known=None, measure=measure):
+                def tune(space, strategy, budget, known=None, measure=measure, first=first):
                     return run_session(problem, space, measure, static=stage, strategy=strategy, max_evals=budget,
-                                       options=stop_options(self.stop, strategy),
+                                       options=stop_options(stop, strategy), first=first,
                                        max_seconds=self.max_seconds, seed=self.seed, store=store,
                                        source=self.source, trust_compile_errors=False, launch_key=grid_of,
                                        parallel=len(devices) if isolate else 1, confirm=self.settings.confirm,
@@ -878,8 +895,14 @@ class TunedKernel(TritonAutotuner):
                                f"ran correctly ({session.statuses()}); check the kernel, its reference and the space")
         phase = time.perf_counter()
         try:
-            store.put_winner(store_key, session.best_config, session.best_ms, len(history))
+            store.put_winner(store_key, session.best_config, session.best_ms, len(history),
+                             f"{self.__name__} {key}", budget)
             self._phase("store", phase)
+            if retune is not None:
+                kept = config_key(session.best_config) == config_key(retune[1])
+                self._note(f"{self.__name__}: re-tuned key {key} with {len(history)} evaluations: "
+                           + ("the stored winner re-measured fastest and stands" if kept else
+                              f"{session.best_config} ({session.best_ms:.4g} ms) replaces {retune[1]}"))
         except OSError as error:  # The winner stands for this process; a later one tunes again.
             self._note(f"{self.__name__}: the winner for key {key} could not be stored ({error}); later processes "
                        "will tune this key again")

@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dr_kernel/problem.h"
@@ -35,6 +36,9 @@ struct Winner {
   double ms = kNaN;         // Its median time.
   int64_t evaluations = 0;  // Evaluations the tuning session spent to find it.
   double created = kNaN;    // Unix seconds when it was stored; PutWinner fills it in when NaN.
+  std::string label;        // What a person reads: the kernel's name and its key's values.
+  int64_t budget = 0;       // The evaluations the session that found it was allowed (0: not known).
+  int64_t launches = 0;     // Launches of it counted so far (AddLaunches), over every process.
 };
 
 // A results database. Opening a path that does not exist creates it. The database runs in WAL mode
@@ -45,8 +49,9 @@ struct Winner {
 class Store {
  public:
   // The schema this build writes (PRAGMA user_version); a database of a newer one is refused.
-  // Version 2 added measurements.occupancy; a version-1 file gains the column when opened.
-  static constexpr int kSchemaVersion = 2;
+  // Version 2 added measurements.occupancy, version 3 winners.label, budget and launches; an older
+  // file gains the columns when opened for writing.
+  static constexpr int kSchemaVersion = 3;
   // Marks the file as a dr_kernel results database (PRAGMA application_id, "drkS").
   static constexpr int32_t kApplicationId = 0x64726b53;
 
@@ -93,10 +98,16 @@ class Store {
   // WriteTable() and read back with ParseTables(), the rows equal the stored ones field by field.
   std::vector<ProblemTable> Export() const;
 
-  // Stores the winner of a cache key, replacing any earlier one.
+  // Stores the winner of a cache key, replacing any earlier one; the launches counted for the key
+  // stay (winner.launches is ignored).
   void PutWinner(const std::string& key, const Winner& winner);
   // The winner of a cache key, or nullopt.
   std::optional<Winner> GetWinner(const std::string& key) const;
+  // Adds `count` launches to the winners of the keys, in one transaction; a key without a winner is
+  // skipped. Returns how many keys were counted.
+  int64_t AddLaunches(const std::vector<std::pair<std::string, int64_t>>& counts);
+  // The `n` winners launched most (ties: the most recently stored first), with their keys.
+  std::vector<std::pair<std::string, Winner>> HottestWinners(int64_t n) const;
 
  private:
   // Closes a connection (sqlite3_close_v2).

@@ -69,7 +69,10 @@ CREATE TABLE IF NOT EXISTS winners (
   config TEXT NOT NULL,
   ms REAL,
   evaluations INTEGER NOT NULL,
-  created REAL NOT NULL
+  created REAL NOT NULL,
+  label TEXT,                            -- The kernel's name and its key's values, for people.
+  budget INTEGER NOT NULL DEFAULT 0,     -- Evaluations its session was allowed; 0 when not known.
+  launches INTEGER NOT NULL DEFAULT 0    -- Launches counted so far, over every process.
 );
 )sql";
 
@@ -485,6 +488,14 @@ Store::Store(const std::string& path, bool read_only) : path_(path) {
       // Version 1 lacked the occupancy of a measurement: its rows keep NULL there (unknown).
       Exec(db, path_, "ALTER TABLE measurements ADD COLUMN occupancy REAL", "upgrading the results database");
     }
+    if (id.user_version >= 1 && id.user_version < 3) {
+      // Versions 1 and 2 lacked the winners' labels, budgets and launch counts.
+      Exec(db, path_,
+           "ALTER TABLE winners ADD COLUMN label TEXT; "
+           "ALTER TABLE winners ADD COLUMN budget INTEGER NOT NULL DEFAULT 0; "
+           "ALTER TABLE winners ADD COLUMN launches INTEGER NOT NULL DEFAULT 0",
+           "upgrading the results database");
+    }
     if (id.user_version < kSchemaVersion) {
       Exec(db, path_, kSchemaSql, "creating the results database");
       Exec(db, path_, ("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str(),
@@ -626,30 +637,75 @@ std::vector<ProblemTable> Store::Export() const {
 void Store::PutWinner(const std::string& key, const Winner& winner) {
   Transaction tx(db_.get(), path_, Transaction::Kind::kWrite, "storing a winner");
   Statement put(db_.get(), path_,
-                "INSERT INTO winners (cache_key, config, ms, evaluations, created) VALUES (?, ?, ?, ?, ?) "
+                "INSERT INTO winners (cache_key, config, ms, evaluations, created, label, budget) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (cache_key) DO UPDATE SET config = excluded.config, ms = excluded.ms, "
-                "evaluations = excluded.evaluations, created = excluded.created",
+                "evaluations = excluded.evaluations, created = excluded.created, label = excluded.label, "
+                "budget = excluded.budget",
                 "storing a winner");
   put.Bind(1, key);
   put.Bind(2, ToJson(winner.config));
   put.Bind(3, winner.ms);
   put.Bind(4, std::max<int64_t>(winner.evaluations, 0));
   put.Bind(5, std::isnan(winner.created) ? NowSeconds() : winner.created);
+  put.BindOptional(6, winner.label);
+  put.Bind(7, std::max<int64_t>(winner.budget, 0));
   put.Run();
   tx.Commit();
 }
 
+namespace {
+
+constexpr const char* kWinnerColumns = "config, ms, evaluations, created, label, budget, launches";
+
+Winner ReadWinner(const Statement& s, int first, const std::string& path) {
+  Winner w;
+  w.config = ParseStoredJson(path, s.Text(first), "winner config");
+  w.ms = s.Double(first + 1);
+  w.evaluations = s.Int(first + 2);
+  w.created = s.Double(first + 3);
+  w.label = s.IsNull(first + 4) ? "" : s.Text(first + 4);
+  w.budget = std::max<int64_t>(0, s.Int(first + 5));
+  w.launches = std::max<int64_t>(0, s.Int(first + 6));
+  return w;
+}
+
+}  // namespace
+
 std::optional<Winner> Store::GetWinner(const std::string& key) const {
-  Statement s(db_.get(), path_, "SELECT config, ms, evaluations, created FROM winners WHERE cache_key = ?",
+  Statement s(db_.get(), path_, std::string("SELECT ") + kWinnerColumns + " FROM winners WHERE cache_key = ?",
               "reading a winner");
   s.Bind(1, key);
   if (!s.Step()) return std::nullopt;
-  Winner w;
-  w.config = ParseStoredJson(path_, s.Text(0), "winner config");
-  w.ms = s.Double(1);
-  w.evaluations = s.Int(2);
-  w.created = s.Double(3);
-  return w;
+  return ReadWinner(s, 0, path_);
+}
+
+int64_t Store::AddLaunches(const std::vector<std::pair<std::string, int64_t>>& counts) {
+  if (counts.empty()) return 0;
+  Transaction tx(db_.get(), path_, Transaction::Kind::kWrite, "counting launches");
+  Statement add(db_.get(), path_, "UPDATE winners SET launches = launches + ? WHERE cache_key = ?",
+                "counting launches");
+  int64_t counted = 0;
+  for (const auto& [key, count] : counts) {
+    if (count <= 0) continue;
+    add.Bind(1, count);
+    add.Bind(2, key);
+    add.Run();
+    counted += sqlite3_changes(db_.get());
+  }
+  tx.Commit();
+  return counted;
+}
+
+std::vector<std::pair<std::string, Winner>> Store::HottestWinners(int64_t n) const {
+  Statement s(db_.get(), path_,
+              std::string("SELECT cache_key, ") + kWinnerColumns +
+                  " FROM winners ORDER BY launches DESC, created DESC LIMIT ?",
+              "reading the winners");
+  s.Bind(1, std::max<int64_t>(0, n));
+  std::vector<std::pair<std::string, Winner>> out;
+  while (s.Step()) out.emplace_back(s.Text(0), ReadWinner(s, 1, path_));
+  return out;
 }
 
 }  // namespace dr_kernel

@@ -405,6 +405,44 @@ TEST_F(StoreTest, RejectsANewerSchema) {
       << error;
 }
 
+TEST_F(StoreTest, LaunchesAreCountedPerWinnerAndSurviveItsReplacement) {
+  Store store(path_);
+  Winner w;
+  w.config = {{"BLOCK", int64_t{256}}};
+  w.ms = 0.05;
+  w.evaluations = 6;
+  w.budget = 50;
+  w.label = "softmax_kernel (4096,)";
+  store.PutWinner("hot", w);
+  store.PutWinner("cold", w);
+  // A key without a winner (max_evals=0, a one-config list) is not counted.
+  EXPECT_EQ(store.AddLaunches({{"hot", 1000}, {"cold", 3}, {"nobody", 7}}), 2);
+  EXPECT_EQ(store.AddLaunches({{"hot", 24}}), 1);
+  // A second process counting into the same file adds to the same rows.
+  Store other(path_);
+  EXPECT_EQ(other.AddLaunches({{"cold", 2}}), 1);
+  auto hottest = store.HottestWinners(5);
+  ASSERT_EQ(hottest.size(), 2u);
+  EXPECT_EQ(hottest[0].first, "hot");
+  EXPECT_EQ(hottest[0].second.launches, 1024);
+  EXPECT_EQ(hottest[0].second.budget, 50);
+  EXPECT_EQ(hottest[0].second.label, "softmax_kernel (4096,)");
+  EXPECT_EQ(hottest[1].second.launches, 5);
+  EXPECT_EQ(store.HottestWinners(1).size(), 1u);
+  // A re-tuned winner replaces the config and keeps the count: the key stays as hot as it was.
+  Winner better = w;
+  better.config = {{"BLOCK", int64_t{1024}}};
+  better.ms = 0.03;
+  better.budget = 200;
+  better.launches = 0;
+  store.PutWinner("hot", better);
+  const auto got = store.GetWinner("hot");
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->launches, 1024);
+  EXPECT_EQ(got->budget, 200);
+  EXPECT_EQ(ToJson(got->config), R"({"BLOCK":1024})");
+}
+
 TEST_F(StoreTest, UpgradesAVersionOneFileKeepingItsRows) {
   // A results file as dr_kernel wrote it before measurements had an occupancy column.
   RawExec(path_,
@@ -432,6 +470,9 @@ TEST_F(StoreTest, UpgradesAVersionOneFileKeepingItsRows) {
   EXPECT_TRUE(std::isnan(rows[0].measurement.occupancy));  // Not known then.
   ASSERT_TRUE(store.GetWinner("k").has_value());
   EXPECT_EQ(store.GetWinner("k")->evaluations, 7);
+  EXPECT_EQ(store.GetWinner("k")->launches, 0);  // Counted from the upgrade on.
+  EXPECT_EQ(store.AddLaunches({{"k", 3}}), 1);
+  EXPECT_EQ(store.GetWinner("k")->launches, 3);
   store.Add(problem, OkRow(512, 0.04), "gpu");
   rows = store.Rows(problem);
   ASSERT_EQ(rows.size(), 2u);
