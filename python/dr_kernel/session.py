@@ -576,10 +576,10 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
         measure, parallel = pool.measure, len(devices)
     stage = StaticStage(CompilePool(workers=workers, timeout_s=compile_timeout_s),
                         builtin_describer(kernel, shape, dtype, limits))
-    if pool is None:  # The compile workers are forked by now; this process's CUDA start overlaps them.
-        measure, parallel = in_process(job, job.setup(devices[0]), settings, devices[0]), 1
-    known = stored_measurements(store, problem, space) if resume and store is not None else None
     try:
+        if pool is None:  # The compile workers are forked by now; this process's CUDA start overlaps them.
+            measure, parallel = in_process(job, job.setup(devices[0]), settings, devices[0]), 1
+        known = stored_measurements(store, problem, space) if resume and store is not None else None
         return run_session(problem, space, measure, static=stage, strategy=strategy, max_evals=max_evals,
                            max_seconds=max_seconds, seed=seed, options=options, store=store, source=source,
                            on_trial=on_trial, prefetch=prefetch, parallel=parallel, confirm=settings.confirm,

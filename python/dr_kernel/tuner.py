@@ -25,6 +25,7 @@ import hashlib
 import inspect
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -554,7 +555,7 @@ class TunedKernel(TritonAutotuner):
         looked = time.perf_counter()
         stored = self.store().get_winner(store_key)
         self.phases_s["store"] += time.perf_counter() - looked
-        self._store_keys[key] = (self.store().path, store_key)
+        self._store_keys[key] = (os.path.abspath(self.store().path), store_key)
         retune = hot.retune_budget(store_key) if stored is not None else None
         if stored is not None and retune is None:
             return self._to_config(stored[0]), False
