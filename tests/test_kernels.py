@@ -41,12 +41,13 @@ def test_registry_holds_every_family_and_get_names_them_on_a_miss():
 
 
 def test_spaces_keep_the_recorded_parameter_names_and_values():
+    # The recorded parameters, then the variant the tables lack (SPLIT_K, default 1).
     assert list(BUILTINS["matmul"].space) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
-                                              "num_warps", "num_stages"]
+                                              "num_warps", "num_stages", "SPLIT_K"]
     assert list(BUILTINS["softmax"].space) == ["BLOCK", "num_warps", "num_stages"]
     assert list(BUILTINS["attention"].space) == ["BLOCK_M", "BLOCK_N", "num_warps", "num_stages"]
     assert BUILTINS["softmax"].space["BLOCK"] == [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
-    assert len(list(BUILTINS["matmul"].configs())) == 5 * 4 * 3 * 2 * 3 * 4
+    assert len(list(BUILTINS["matmul"].configs())) == 5 * 4 * 3 * 2 * 3 * 4 * 5
     assert len(list(BUILTINS["attention"].configs())) == 192
     assert len(list(BUILTINS["softmax"].configs())) == 192
 
@@ -92,6 +93,29 @@ def test_bad_configs_shapes_and_dtypes_are_refused_with_a_sentence_naming_them()
         matmul.flops({"M": 1, "N": 2})
     with pytest.raises(ValueError, match=r"dtype 'int8' is not supported .* use one of fp16, bf16, fp32\."):
         matmul.bytes({"M": 1, "N": 2, "K": 3}, "int8")
+
+
+def test_split_k_is_a_variant_and_split_k_1_is_the_recorded_kernel():
+    from dr_kernel.kernels.matmul import matmul_kernel, matmul_splitk_kernel
+
+    matmul = BUILTINS["matmul"]
+    recorded = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    # A config of the recorded tables (no SPLIT_K) means 1, and compiles the recorded kernel with
+    # the recorded constexprs: the binary that was timed.
+    assert matmul.check_config(recorded)["SPLIT_K"] == 1
+    assert matmul.fn_for(matmul.check_config(recorded)) is matmul_kernel
+    assert matmul.compile_source({"M": 16, "N": 4096, "K": 4096}, "fp16", recorded) == \
+        matmul.compile_source({"M": 16, "N": 4096, "K": 4096}, "fp16", {**recorded, "SPLIT_K": 1})
+    split = {**recorded, "SPLIT_K": 8}
+    assert matmul.fn_for(split) is matmul_splitk_kernel
+    assert matmul.compile_source({"M": 512, "N": 512, "K": 32768}, "fp16", split)[1]["SPLIT_K"] == 8
+    # It compiles for the H200 (ptxas, atomics included), with a binary of its own.
+    from dr_kernel.analysis import analyse
+
+    deep_k = {"M": 512, "N": 512, "K": 32768}
+    plain, splitting = analyse(matmul, deep_k, "bf16", recorded), analyse(matmul, deep_k, "bf16", split)
+    assert plain.valid and splitting.valid, (plain.reason, splitting.reason)
+    assert plain.binary_hash != splitting.binary_hash and splitting.n_regs > 0
 
 
 def test_compile_description_specialises_like_a_launch_on_contiguous_tensors():
@@ -179,7 +203,13 @@ INTERPRETER_CASES = {
     "matmul": [({"M": 40, "N": 72, "K": 50}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
                                                "num_warps": 4, "num_stages": 3}),
                ({"M": 33, "N": 40, "K": 64}, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 1,
-                                               "num_warps": 2, "num_stages": 2})],
+                                               "num_warps": 2, "num_stages": 2}),
+               # Split-K: 4 programs per tile over a K of 10 iterations (the last split is short).
+               ({"M": 40, "N": 72, "K": 300}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
+                                                "num_warps": 4, "num_stages": 2, "SPLIT_K": 4}),
+               # More splits than K iterations: the idle programs must add nothing.
+               ({"M": 16, "N": 32, "K": 64}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1,
+                                               "num_warps": 4, "num_stages": 2, "SPLIT_K": 16})],
     "softmax": [({"rows": 5, "cols": 300}, {"BLOCK": 128, "num_warps": 4, "num_stages": 1}),
                 ({"rows": 3, "cols": 100}, {"BLOCK": 256, "num_warps": 1, "num_stages": 2})],
     "attention": [({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16, "CAUSAL": False},

@@ -164,22 +164,28 @@ constexpr std::initializer_list<const char*> kBlockN = {"BLOCK_N", "BLOCK_SIZE_N
 constexpr std::initializer_list<const char*> kBlockK = {"BLOCK_K", "BLOCK_SIZE_K"};
 constexpr std::initializer_list<const char*> kBlock = {"BLOCK", "BLOCK_SIZE"};
 constexpr std::initializer_list<const char*> kGroup = {"GROUP_M", "GROUP_SIZE_M"};
+constexpr std::initializer_list<const char*> kSplitK = {"SPLIT_K"};
 
-// C = A·B with M x K and K x N operands, one program per BLOCK_M x BLOCK_N tile looping over K.
+// C = A·B with M x K and K x N operands, one program per BLOCK_M x BLOCK_N tile looping over K;
+// with SPLIT_K > 1, SPLIT_K programs per tile, each over its share of K, adding into C (zeroed
+// first) with atomics: SPLIT_K times the programs and the output traffic, 1/SPLIT_K of the loop.
 bool EstimateMatmul(const Problem& problem, const Lookup& shape, const Lookup& config,
                     const DeviceDescription& dev, KernelEstimate* e) {
   const double m = shape.Get({"M"}), n = shape.Get({"N"}), k = shape.Get({"K"});
   const double bm = config.Get(kBlockM), bn = config.Get(kBlockN), bk = config.Get(kBlockK);
   if (!(m > 0 && n > 0 && k > 0 && bm > 0 && bn > 0 && bk > 0)) return false;
+  const double split_k = config.Get(kSplitK) > 1 ? config.Get(kSplitK) : 1.0;
   const Launch launch = LaunchOf(config);
   const double es = ElementBytes(problem);
-  const double tiles_m = CeilDiv(m, bm), tiles_n = CeilDiv(n, bn), k_iters = CeilDiv(k, bk);
-  e->programs = tiles_m * tiles_n;
+  const double tiles_m = CeilDiv(m, bm), tiles_n = CeilDiv(n, bn);
+  const double k_iters = CeilDiv(CeilDiv(k, bk), split_k);
+  e->programs = tiles_m * tiles_n * split_k;
   e->flops = 2 * m * n * k;
-  e->bytes = es * (m * k + k * n + m * n);
+  e->bytes = es * (m * k + k * n + m * n);  // The problem's, whatever the config.
   e->loop_iters = k_iters;
   e->tile_flops = 2 * bm * bn * bk * k_iters;
-  e->tile_bytes = es * ((bm + bn) * bk * k_iters + bm * bn);
+  // A split-K program reads and writes its tile of C (the atomic add) instead of writing it.
+  e->tile_bytes = es * ((bm + bn) * bk * k_iters + bm * bn * (split_k > 1 ? 2 : 1));
   e->padding_waste = 1 - e->flops / (e->programs * e->tile_flops);
   e->elems_per_thread = bm * bn / (32 * launch.num_warps);
   // fp32 accumulators, plus operand fragments in registers for the mma.sync path (set below).
@@ -286,7 +292,7 @@ bool EstimateRmsnorm(const Problem& problem, const Lookup& shape, const Lookup& 
 
 // True for the parameter names that have their own features (blocks, group, warps, stages).
 bool IsRole(const std::string& name) {
-  for (const auto& role : {kBlockM, kBlockN, kBlockK, kBlock, kGroup})
+  for (const auto& role : {kBlockM, kBlockN, kBlockK, kBlock, kGroup, kSplitK})
     for (const char* spelling : role)
       if (name == spelling) return true;
   return name == "num_warps" || name == "num_stages";

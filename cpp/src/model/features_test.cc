@@ -132,6 +132,33 @@ TEST(FeaturesTest, ParameterOrderDoesNotMatter) {
   EXPECT_LT(At(f, "padding_waste"), 0.1);
 }
 
+// The deep-K problem the H200 run found slow (16 tiles of 128 x 128 for 132 SMs): split-K gives
+// each tile 8 programs over an eighth of K; a config without SPLIT_K (the recorded tables) is 1.
+TEST(FeaturesTest, SplitKMultipliesProgramsAndDividesTheLoop) {
+  const Problem p{"matmul", {{"M", int64_t{512}}, {"N", int64_t{512}}, {"K", int64_t{32768}}}, "NVIDIA H200",
+                  "fp16"};
+  const NamedValues plain = {{"BLOCK_M", int64_t{128}}, {"BLOCK_N", int64_t{128}}, {"BLOCK_K", int64_t{64}},
+                             {"GROUP_M", int64_t{8}},   {"num_warps", int64_t{4}},  {"num_stages", int64_t{3}}};
+  NamedValues one = plain, eight = plain;
+  one.emplace_back("SPLIT_K", int64_t{1});
+  eight.emplace_back("SPLIT_K", int64_t{8});
+  const FeatureExtractor fx;
+  EXPECT_EQ(fx.Extract(p, plain), fx.Extract(p, one));
+  const KernelEstimate a = fx.Estimate(p, plain), b = fx.Estimate(p, eight);
+  ASSERT_TRUE(a.known && b.known);
+  EXPECT_EQ(a.programs, 16);
+  EXPECT_EQ(b.programs, 128);
+  EXPECT_EQ(a.loop_iters, 512);
+  EXPECT_EQ(b.loop_iters, 64);
+  EXPECT_EQ(a.flops, b.flops);  // The problem's own figures do not change.
+  EXPECT_EQ(a.bytes, b.bytes);
+  EXPECT_GT(b.tile_bytes * b.programs, a.tile_bytes * a.programs);  // The atomics' extra traffic.
+  // SPLIT_K is a role the matmul model reads, not a generic slot.
+  const auto f = fx.Extract(p, eight);
+  EXPECT_EQ(At(f, "extra_param0_log2"), 0);
+  EXPECT_LT(At(f, "analytic_ms_log2"), At(fx.Extract(p, plain), "analytic_ms_log2"));
+}
+
 TEST(FeaturesTest, UnknownFamiliesGetGenericFeaturesOnly) {
   const Problem p{"my_kernel", {{"n", int64_t{1 << 20}}, {"dtype", std::string("fp16")}}, "", ""};
   const NamedValues c = {{"BLOCK_SIZE", int64_t{1024}}, {"num_warps", int64_t{8}}, {"UNROLL", int64_t{4}}};

@@ -176,11 +176,18 @@ class BuiltinKernel:
     # The element type of the tensor cores' operands when it is not the problem's (the fp8 GEMM
     # multiplies e4m3 whatever type it writes): the peak is that type's.
     operand_dtype: str | None = None
+    # Values of parameters a config may leave out (a variant added after tables were recorded).
+    defaults: dict[str, Any] = field(default_factory=dict)
+    # The @triton.jit function a config launches, when the family's variants are kernels of their
+    # own (split-K beside the plain matmul); None: always `fn`.
+    variant: Callable[[Config], Any] | None = None
 
     # ----- search space -------------------------------------------------------------------------
 
     def check_config(self, config: Mapping[str, Any]) -> Config:
-        """Returns the configuration as a plain dict, or raises ValueError naming what is wrong."""
+        """Returns the configuration as a plain dict (the defaults of parameters it leaves out
+        filled in), or raises ValueError naming what is wrong."""
+        config = {**{k: v for k, v in self.defaults.items() if k not in config}, **config}
         missing = [p for p in self.space if p not in config]
         unknown = [p for p in config if p not in self.space and p not in COMPILE_OPTIONS]
         if missing or unknown:
@@ -234,7 +241,12 @@ class BuiltinKernel:
 
     def launch(self, inputs: dict[str, Any], config: Mapping[str, Any]) -> Any:
         """Launches the kernel once on `inputs` with `config`, including num_warps and num_stages."""
-        return self._launch(self.fn, inputs, self.check_config(config))
+        config = self.check_config(config)
+        return self._launch(self.fn_for(config), inputs, config)
+
+    def fn_for(self, config: Mapping[str, Any]) -> Any:
+        """The @triton.jit function `config` launches (its variant's, for families that have them)."""
+        return self.variant(config) if self.variant is not None else self.fn
 
     def reference(self, inputs: dict[str, Any]) -> Any:
         """Returns the framework's result for `inputs`, computed in fp32 and cast to the output's
@@ -260,12 +272,13 @@ class BuiltinKernel:
         and configuration, as a launch on contiguous tensors would specialise them."""
         config = self.check_config(config)
         kernel_config = {k: v for k, v in config.items() if k not in COMPILE_OPTIONS}
-        return specialise(self.fn, self.arguments(self.check_shape(shape), dtype_name(dtype), kernel_config))
+        return specialise(self.fn_for(config), self.arguments(self.check_shape(shape), dtype_name(dtype),
+                                                               kernel_config))
 
     def signature(self, shape: Mapping[str, Any], dtype: Any = "fp16") -> dict[str, str]:
         """Returns the compile signature (parameter name to Triton type or "constexpr")."""
         shape = self.check_shape(shape)
-        placeholders = {p: None for p in self.space if p not in COMPILE_OPTIONS}
+        placeholders = {p: None for p in self.space if p not in COMPILE_OPTIONS and p not in self.defaults}
         return specialise(self.fn, self.arguments(shape, dtype_name(dtype), placeholders))[0]
 
     def constexprs(self, shape: Mapping[str, Any], config: Mapping[str, Any], dtype: Any = "fp16"
