@@ -154,6 +154,20 @@ def test_tune_in_process_measures_here_and_says_how_to_run_it_when_it_cannot(cap
     assert result["best_ms"] > 0 and _core.Store(str(tmp_path / "b.db")).count() == 4
 
 
+def test_tune_searches_split_k_when_the_space_asks_and_checks_it_like_any_config(capsys, tmp_path):
+    space = json.dumps({"BLOCK_M": [16], "BLOCK_N": [32], "BLOCK_K": [32], "GROUP_M": [1], "num_warps": [4],
+                        "num_stages": [2], "SPLIT_K": [1, 4]})
+    code, out, _ = run(capsys, "tune", "--kernel", "matmul", "--shape", "M=40,N=72,K=300", "--precision", "fp16",
+                       "--interpret", "--workers", "1", "--reps", "2", "--space", space, "--budget", "2",
+                       "--db", str(tmp_path / "r.db"), "--json")
+    assert code == 0
+    result = json.loads(out)
+    # Both variants compiled (two binaries), ran and matched torch.matmul.
+    assert result["statuses"] == {"ok": 2} and result["measured"] == 2
+    assert sorted(h["config"]["SPLIT_K"] for h in result["history"]) == [1, 4]
+    assert all(h["relerr"] < 2e-2 for h in result["history"])
+
+
 def test_tune_goes_on_from_what_the_store_holds_and_fresh_measures_again(capsys, tmp_path):
     # Issue 9, point 14: a second run (or a run after an interruption) re-measured every config.
     db = tmp_path / "r.db"
