@@ -68,10 +68,9 @@ def flush_launch_counts() -> int:
     """Adds the launches counted since the last flush to their stores; returns how many keys were
     counted. A store that cannot be written keeps its counts for the next flush, with a warning:
     counting never stops the program."""
-    global _last_flush
+    global _counts, _last_flush
     from .store import open_store
 
-    global _counts
     with _lock:
         pending, _counts = _counts, collections.Counter()  # Launches from now on count anew.
         _last_flush = time.monotonic()
@@ -122,7 +121,8 @@ def hottest(top: int, db: str | None = None) -> list[dict]:
 
 
 def default_budget(winner: dict) -> int:
-    """A re-tune's budget when none is given: four times what the key's tuning spent, at least 100."""
+    """A re-tune's budget when none is given: the most of 100, four times the evaluations the key's
+    tuning spent, and twice the budget it was allowed."""
     return max(100, 4 * int(winner.get("evaluations") or 0), int(winner.get("budget") or 0) * 2)
 
 

@@ -61,8 +61,8 @@ def add_parser(sub) -> None:
                                    "new candidates; a winner is replaced only by one that re-measures faster, and "
                                    "the next process picks it up.")
     p.add_argument("--top", type=int, default=5, help="how many of the hottest keys (default 5)")
-    p.add_argument("--budget", type=int, help="evaluations per key (default: 4x what its tuning spent, at least "
-                                              "100)")
+    p.add_argument("--budget", type=int, help="evaluations per key (default: the most of 100, 4x the evaluations "
+                                              "its tuning spent and 2x its budget)")
     p.add_argument("--db", type=Path, help="the database file (default: $DR_KERNEL_DB or the per-user cache)")
     p.add_argument("--timeout", type=float, help="seconds the program may run (default: no limit)")
     p.add_argument("--json", action="store_true", help="print one JSON list")
