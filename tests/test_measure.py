@@ -127,6 +127,40 @@ def test_a_pool_started_ahead_sets_up_while_the_caller_works():
     assert ahead < on_demand - 1.0, f"on demand {on_demand:.2f} s, started ahead {ahead:.2f} s"
 
 
+def test_a_closed_pool_parks_its_worker_for_the_next_pool_on_the_device(monkeypatch):
+    # A program tuning many keys starts one measuring process, not one per key: the second pool
+    # takes the first's process (same pid) and skips the interpreter's start and its imports.
+    from dr_kernel import measure
+
+    monkeypatch.delenv("DR_KERNEL_FRESH_WORKERS", raising=False)
+    measure._stop_parked()
+    with MeasurePool(SlowSetupJob(), ["cpu"], MeasureSettings(reps=2)) as pool:
+        cold = first_measurement_s(pool)
+        pid = pool._workers[0].process.pid
+    assert len(measure._PARKED["cpu"]) == 1
+    with MeasurePool(SlowSetupJob(n=77), ["cpu"], MeasureSettings(reps=2)) as pool:
+        warm = first_measurement_s(pool)  # A job of its own (n=77), set up in the parked process.
+        assert pool._workers[0].process.pid == pid
+    assert warm < cold - 0.5, f"fresh {cold:.2f} s, parked {warm:.2f} s"
+    # A process a config crashed is not parked; a fresh one replaces it and is parked in turn.
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=2, timeout_s=5)) as pool:
+        assert [m["status"] for m, _ in pool.measure([{"mode": "abort"}, {"mode": "ok"}])] == ["crashed", "ok"]
+        survivor = pool._workers[0].process.pid
+    assert survivor != pid and measure._PARKED["cpu"][0][0].pid == survivor
+    # A process started with another environment (another Triton cache folder) is not taken.
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/dr_kernel_test_other_cache")
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=2)) as pool:
+        pool.measure([{"mode": "ok"}])
+        assert pool._workers[0].process.pid != survivor
+    monkeypatch.delenv("TRITON_CACHE_DIR")
+    # DR_KERNEL_FRESH_WORKERS=1: every pool starts and stops its own.
+    monkeypatch.setenv("DR_KERNEL_FRESH_WORKERS", "1")
+    measure._stop_parked()
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=2)) as pool:
+        pool.measure([{"mode": "ok"}])
+    assert not measure._PARKED
+
+
 def test_a_start_ahead_that_fails_is_the_first_measurements_error():
     with pytest.raises(WorkerError, match="(?s)could not set up.*no CUDA device"):
         with MeasurePool(SlowSetupJob(fail=True), ["cpu"]) as pool:

@@ -259,32 +259,129 @@ def in_process(job: Job, state: Any, settings: MeasureSettings, device: str, do_
 
 
 def _child_entry(fd: int) -> None:
-    """Entry point of a measuring process: its first message is (job, device, settings)."""
+    """Entry point of a measuring process: each job arrives as (job, device, settings); after one
+    is done ("park") the process waits for the next, so that a program tuning many keys starts a
+    measuring process (an interpreter, torch, CUDA: seconds) once, not once per key."""
     conn = Connection(fd)
-    job, device, settings = pickle.loads(conn.recv_bytes())
-    _worker_main(conn, job, device, settings)
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):  # The tuning process is gone.
+            return
+        job, device, settings = pickle.loads(data)
+        if not _worker_main(conn, job, device, settings):
+            return
 
 
-def _worker_main(conn, job: Job, device: str, settings: MeasureSettings) -> None:
-    """Body of a measuring process: set up once, then answer ("measure", config, best_ms) messages."""
+def _worker_main(conn, job: Job, device: str, settings: MeasureSettings) -> bool:
+    """Body of a measuring process for one job: set up once, then answer ("measure", config,
+    best_ms) messages. Returns True when parked (ready for another job), False when told to stop."""
     try:
         state = job.setup(device)
         timer = _Timer(device, settings.flush_bytes)
         reference = job.expected(state)
     except Exception:  # noqa: BLE001 -- reported to the parent, which raises it there.
         conn.send(("setup_error", traceback.format_exc()))
-        return
+        return False
     conn.send(("ready", None))
     while True:
         message = conn.recv()
         if message[0] == "stop":
-            return
+            return False
+        if message[0] == "park":
+            del state, reference, timer
+            _release_memory(device)
+            conn.send(("parked", None))
+            return True
         _, config, best_ms = message
         start = time.perf_counter()
         result, outs = measure_config(job, state, config, reference, best_ms, settings, timer)
         if reference is None and outs is not None:
             reference = outs
         conn.send(("result", (result, time.perf_counter() - start)))
+
+
+def _release_memory(device: str) -> None:
+    """Gives a parked worker's tensors back (the next job brings its own)."""
+    import gc
+
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+# Measuring processes between jobs, by device: a pool that closes parks its live workers here and
+# the next pool on that device takes them instead of starting new ones. DR_KERNEL_FRESH_WORKERS=1
+# starts every pool's workers anew (benchmarks that must not carry a process's warm state over).
+_PARKED: dict[str, list[tuple[Any, Any]]] = {}
+_PARKED_LOCK = threading.Lock()
+
+
+def _reuse_workers() -> bool:
+    return os.environ.get("DR_KERNEL_FRESH_WORKERS") != "1"
+
+
+def _worker_env(device: str) -> dict[str, str]:
+    """The environment a measuring process for `device` starts with: this process's, its import
+    path, and the one GPU it may see."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    if device.startswith("cuda:"):
+        env["CUDA_VISIBLE_DEVICES"] = device.split(":")[1]
+    return env
+
+
+def _take_parked(device: str) -> tuple[Any, Any, dict] | None:
+    """A parked process for `device` started with the environment a new one would get now (the
+    same Triton cache folder, interpreter switch and import path), or None."""
+    env = _worker_env(device)
+    with _PARKED_LOCK:
+        workers = _PARKED.get(device, [])
+        for i, (process, conn, started_with) in enumerate(workers):
+            if process.poll() is None and started_with == env:
+                del workers[i]
+                return process, conn, started_with
+    return None
+
+
+def _park(device: str, process: Any, conn: Any, env: dict) -> bool:
+    with _PARKED_LOCK:
+        workers = _PARKED.setdefault(device, [])
+        for process_, conn_, _ in [w for w in workers if w[0].poll() is not None]:
+            workers.remove((process_, conn_, _))
+            conn_.close()
+        if workers:  # One spare per device is enough: pools on a device run one at a time.
+            return False
+        if not _parked_exit_registered:
+            _register_parked_exit()
+        workers.append((process, conn, env))
+        return True
+
+
+_parked_exit_registered = False
+
+
+def _register_parked_exit() -> None:
+    global _parked_exit_registered
+    import atexit
+
+    _parked_exit_registered = True
+    atexit.register(_stop_parked)
+
+
+def _stop_parked() -> None:
+    with _PARKED_LOCK:
+        parked = [w for workers in _PARKED.values() for w in workers]
+        _PARKED.clear()
+    for process, conn, _ in parked:
+        try:
+            conn.send(("stop",))
+            process.wait(5)
+        except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+            process.kill()
+        conn.close()
 
 
 class WorkerError(RuntimeError):
@@ -299,6 +396,9 @@ class _Worker:
     restarts: int = 0
     starting: threading.Thread | None = None  # start()'s thread, until a measurement joins it.
     start_error: BaseException | None = None
+    # A launch failed in a way that may leave the GPU context broken: the process is not reused.
+    tainted: bool = False
+    env: dict | None = None  # The environment its process started with.
 
 
 @dataclass
@@ -318,23 +418,39 @@ class MeasurePool:
         self._workers = [_Worker(device=d) for d in self.devices]
 
     def _start(self, worker: _Worker) -> None:
+        worker.tainted = False  # A new process for this worker, parked or fresh.
+        parked = _take_parked(worker.device) if _reuse_workers() else None
+        if parked is not None:
+            worker.process, worker.conn, worker.env = parked
+            try:
+                self._send_job(worker)
+                return
+            except WorkerError:
+                pass  # It could not take this job (a module on a path it lacks): a fresh one may.
+        self._spawn(worker)
+        self._send_job(worker)
+
+    def _spawn(self, worker: _Worker) -> None:
         # A fresh interpreter rather than multiprocessing's spawn: spawn re-runs the user's main
         # script in the child, which for a script without a __main__ guard would tune again.
         parent, child = socket.socketpair()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        device = worker.device
-        if device.startswith("cuda:"):
-            env["CUDA_VISIBLE_DEVICES"] = device.split(":")[1]
-            device = "cuda:0"
+        env = worker.env = _worker_env(worker.device)
         worker.process = subprocess.Popen(
             [sys.executable, "-c", f"from dr_kernel.measure import _child_entry; _child_entry({child.fileno()})"],
             pass_fds=(child.fileno(),), env=env)
         child.close()
         worker.conn = Connection(parent.detach())
+
+    def _send_job(self, worker: _Worker) -> None:
+        # A GPU worker sees only its own GPU (CUDA_VISIBLE_DEVICES), as cuda:0.
+        device = "cuda:0" if worker.device.startswith("cuda:") else worker.device
         # Plain pickle, not the connection's: torch registers reductions there that share tensors
         # through multiprocessing's resource sharer, which a fresh interpreter is not part of.
-        worker.conn.send_bytes(pickle.dumps((self.job, device, self.settings)))
+        try:
+            worker.conn.send_bytes(pickle.dumps((self.job, device, self.settings)))
+        except (BrokenPipeError, OSError) as error:
+            self._kill(worker)
+            raise WorkerError(f"the measuring worker on {worker.device} is gone ({error})") from None
         kind, payload = self._receive(worker, self.settings.timeout_s + 120)
         if kind != "ready":
             self._kill(worker)
@@ -403,6 +519,8 @@ class MeasurePool:
         worker.conn.send(("measure", config, best_ms))
         kind, payload = self._receive(worker, self.settings.timeout_s)
         if kind == "result":
+            if payload[0].get("status") in ("launch_error", "crashed") or "CUDA" in str(payload[0].get("error", "")):
+                worker.tainted = True
             return payload
         # The process died (a crash in the kernel) or hung: this config is to blame. Restart lazily.
         self._kill(worker)
@@ -453,6 +571,14 @@ class MeasurePool:
                 self._join_start(w)
             except BaseException:  # noqa: BLE001 -- a worker that never started has nothing to stop.
                 pass
+            if w.process is not None and w.process.poll() is None and _reuse_workers() and not w.tainted:
+                try:
+                    w.conn.send(("park",))
+                    if self._receive(w, 10)[0] == "parked" and _park(w.device, w.process, w.conn, w.env):
+                        w.process = w.conn = None  # The next pool on this device takes it.
+                        continue
+                except (BrokenPipeError, OSError):
+                    pass
             if w.process is not None and w.process.poll() is None:
                 try:
                     w.conn.send(("stop",))
