@@ -147,11 +147,16 @@ def test_a_closed_pool_parks_its_worker_for_the_next_pool_on_the_device(monkeypa
         assert [m["status"] for m, _ in pool.measure([{"mode": "abort"}, {"mode": "ok"}])] == ["crashed", "ok"]
         survivor = pool._workers[0].process.pid
     assert survivor != pid and measure._PARKED["cpu"][0][0].pid == survivor
-    # A process started with another environment (another Triton cache folder) is not taken.
+    # A process started with another environment (another Triton cache folder) is not taken; the
+    # newer one is kept instead, and the older stops (cleanly: it says nothing on the way out).
     monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/dr_kernel_test_other_cache")
+    older = measure._PARKED["cpu"][0][0]
     with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=2)) as pool:
         pool.measure([{"mode": "ok"}])
-        assert pool._workers[0].process.pid != survivor
+        newer = pool._workers[0].process.pid
+        assert newer != survivor
+    assert [p.pid for p, _, _ in measure._PARKED["cpu"]] == [newer]
+    assert older.wait(5) == 0
     monkeypatch.delenv("TRITON_CACHE_DIR")
     # DR_KERNEL_FRESH_WORKERS=1: every pool starts and stops its own.
     monkeypatch.setenv("DR_KERNEL_FRESH_WORKERS", "1")

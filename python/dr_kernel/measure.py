@@ -268,7 +268,10 @@ def _child_entry(fd: int) -> None:
             data = conn.recv_bytes()
         except (EOFError, OSError):  # The tuning process is gone.
             return
-        job, device, settings = pickle.loads(data)
+        message = pickle.loads(data)
+        if isinstance(message, tuple) and message[:1] == ("stop",):  # Parked, then not needed.
+            return
+        job, device, settings = message
         if not _worker_main(conn, job, device, settings):
             return
 
@@ -347,17 +350,15 @@ def _take_parked(device: str) -> tuple[Any, Any, dict] | None:
 
 
 def _park(device: str, process: Any, conn: Any, env: dict) -> bool:
+    """Keeps a process for the next pool on `device`: one spare per device (pools on a device run
+    one at a time), the newest, whose environment is the likeliest to match the next pool's."""
     with _PARKED_LOCK:
-        workers = _PARKED.setdefault(device, [])
-        for process_, conn_, _ in [w for w in workers if w[0].poll() is not None]:
-            workers.remove((process_, conn_, _))
-            conn_.close()
-        if workers:  # One spare per device is enough: pools on a device run one at a time.
-            return False
+        replaced = _PARKED.get(device, [])
+        _PARKED[device] = [(process, conn, env)]
         if not _parked_exit_registered:
             _register_parked_exit()
-        workers.append((process, conn, env))
-        return True
+    _stop(replaced)
+    return True
 
 
 _parked_exit_registered = False
@@ -375,12 +376,17 @@ def _stop_parked() -> None:
     with _PARKED_LOCK:
         parked = [w for workers in _PARKED.values() for w in workers]
         _PARKED.clear()
-    for process, conn, _ in parked:
-        try:
-            conn.send(("stop",))
-            process.wait(5)
-        except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
-            process.kill()
+    _stop(parked)
+
+
+def _stop(workers: list[tuple[Any, Any, dict]]) -> None:
+    for process, conn, _ in workers:
+        if process.poll() is None:
+            try:
+                conn.send(("stop",))
+                process.wait(5)
+            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                process.kill()
         conn.close()
 
 
