@@ -38,30 +38,19 @@ _lock = threading.Lock()
 _counts: collections.Counter = collections.Counter()  # (store file, store key) -> launches not yet stored.
 _since_check = 0
 _last_flush = time.monotonic()
-_registered = False
 _retuned: set[str] = set()  # Keys re-tuned in this process: once each.
 
 
 def count(db: str, store_key: str) -> None:
     """One launch of the winner stored under `store_key` in the store file `db` (the tuners call
     it on every launch of a tuned key)."""
-    global _since_check, _registered
+    global _since_check
     _counts[(db, store_key)] += 1
     _since_check += 1
     if _since_check >= 4096:
         _since_check = 0
-        if not _registered:
-            _register()
         if time.monotonic() - _last_flush >= FLUSH_EVERY_S:
             flush_launch_counts()
-    elif not _registered:
-        _register()
-
-
-def _register() -> None:
-    global _registered
-    _registered = True
-    atexit.register(flush_launch_counts)
 
 
 def flush_launch_counts() -> int:
@@ -90,6 +79,9 @@ def flush_launch_counts() -> int:
             warnings.warn(f"dr_kernel: the launch counts could not be stored ({error}); they are kept for the "
                           "next try", stacklevel=2)
     return counted
+
+
+atexit.register(flush_launch_counts)  # Nothing counted: nothing opened, nothing written.
 
 
 def retune_budget(store_key: str) -> int | None:

@@ -15,6 +15,7 @@ than the best so far.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import pickle
@@ -349,27 +350,13 @@ def _take_parked(device: str) -> tuple[Any, Any, dict] | None:
     return None
 
 
-def _park(device: str, process: Any, conn: Any, env: dict) -> bool:
+def _park(device: str, process: Any, conn: Any, env: dict) -> None:
     """Keeps a process for the next pool on `device`: one spare per device (pools on a device run
     one at a time), the newest, whose environment is the likeliest to match the next pool's."""
     with _PARKED_LOCK:
         replaced = _PARKED.get(device, [])
         _PARKED[device] = [(process, conn, env)]
-        if not _parked_exit_registered:
-            _register_parked_exit()
     _stop(replaced)
-    return True
-
-
-_parked_exit_registered = False
-
-
-def _register_parked_exit() -> None:
-    global _parked_exit_registered
-    import atexit
-
-    _parked_exit_registered = True
-    atexit.register(_stop_parked)
 
 
 def _stop_parked() -> None:
@@ -388,6 +375,9 @@ def _stop(workers: list[tuple[Any, Any, dict]]) -> None:
             except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
                 process.kill()
         conn.close()
+
+
+atexit.register(_stop_parked)
 
 
 class WorkerError(RuntimeError):
@@ -580,7 +570,8 @@ class MeasurePool:
             if w.process is not None and w.process.poll() is None and _reuse_workers() and not w.tainted:
                 try:
                     w.conn.send(("park",))
-                    if self._receive(w, 10)[0] == "parked" and _park(w.device, w.process, w.conn, w.env):
+                    if self._receive(w, 10)[0] == "parked":
+                        _park(w.device, w.process, w.conn, w.env)
                         w.process = w.conn = None  # The next pool on this device takes it.
                         continue
                 except (BrokenPipeError, OSError):

@@ -787,8 +787,9 @@ class TunedKernel(TritonAutotuner):
         stop, first = self.stop, []
         if retune is not None:
             budget, incumbent = retune
-            budget = min(budget, space.count_valid())
-            strategy = "exhaustive" if budget >= space.count_valid() else (self.strategy or "ppo")
+            size = space.count_valid()
+            budget = min(budget, size)
+            strategy = "exhaustive" if budget == size else self.strategy
             stop, first = "budget", [incumbent] if space.is_valid(incumbent) else []
         sessions = []
         try:
