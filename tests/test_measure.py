@@ -195,3 +195,42 @@ def test_settings_without_a_timed_launch_are_refused_when_made():
         with pytest.raises(ValueError, match=re.escape(message)):
             MeasureSettings(reps=reps)
     assert MeasureSettings(reps=1).reps == 1
+
+
+def test_no_child_is_forked_while_a_measuring_process_is_being_started(monkeypatch):
+    # On the H200 a tuning hung: the compile pool forked a worker while a background thread was
+    # inside subprocess.Popen for the measuring process, the fork kept Popen's "has it started"
+    # pipe open, and Popen waited for that worker to exit. Every start of a child, forked or not,
+    # must hold spawning.START_LOCK; here both kinds run at once from two threads.
+    import subprocess
+
+    from dr_kernel import compile_pool
+    from dr_kernel.spawning import START_LOCK
+
+    starts = []
+    real_fork, real_popen = os.fork, subprocess.Popen
+
+    def fork():
+        held = START_LOCK.locked()
+        pid = real_fork()
+        if pid:
+            starts.append(("fork", held))
+        return pid
+
+    def popen(*args, **kwargs):
+        starts.append(("popen", START_LOCK.locked()))
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(os, "fork", fork)
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=2)) as measuring:
+        measuring.start()  # Its Popen runs in a background thread...
+        with compile_pool.CompilePool(workers=2, task=pretend_task, fork=True) as compiling:
+            assert compiling.map([1, 2, 3, 4]) == [2, 4, 6, 8]  # ...while this thread forks.
+        (result, _), = measuring.measure([{"mode": "ok"}])
+    assert result["status"] == "ok"
+    assert {kind for kind, _ in starts} == {"fork", "popen"} and all(held for _, held in starts), starts
+
+
+def pretend_task(n: int) -> int:
+    return 2 * n

@@ -38,6 +38,7 @@ from typing import Any
 
 from .analysis import H200, DeviceLimits, LauncherSource, LaunchSource, StaticReport, analyse, build_launcher
 from .kernels import BuiltinKernel, get
+from .spawning import START_LOCK
 
 
 @dataclass(frozen=True)
@@ -291,11 +292,15 @@ class _Worker:
     """
 
     def __init__(self, task: Callable[[Any], Any], fork: bool = False) -> None:
+        with START_LOCK:  # No other thread starts a child while this one's socket is half made (spawning.py).
+            self._start(task, fork)
+        self._init_state()
+
+    def _start(self, task: Callable[[Any], Any], fork: bool) -> None:
         parent, child = socket.socketpair()
         if fork:
             self.process = _fork(child, task)
             self.connection = multiprocessing.connection.Connection(parent.detach())
-            self._init_state()
             return
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -309,7 +314,6 @@ class _Worker:
         self.connection = multiprocessing.connection.Connection(parent.detach())
         # Plain pickle by reference: the task is a module-level function the child imports.
         self.connection.send_bytes(pickle.dumps(task))
-        self._init_state()
 
     def _init_state(self) -> None:
         self.started = time.monotonic()

@@ -33,6 +33,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .checking import classify
+from .spawning import START_LOCK
 
 
 @dataclass
@@ -147,7 +148,14 @@ def _poison(tensor) -> None:
 
 class _Timer:
     """Times one launch: CUDA events after an L2 flush on a GPU, the wall clock elsewhere (the
-    interpreter on a CPU, where the figures only order configs for tests)."""
+    interpreter on a CPU, where the figures only order configs for tests).
+
+    On a GPU the start event is queued behind a short GPU-side wait, longer than the host takes to
+    queue the launch, so that the time between the events is the kernel's and not the host's
+    launch latency (Python, a busy core, a compile pool running ptxas beside the timing process).
+    A timing whose launch took the host longer than the wait is taken again."""
+
+    MAX_LEAD_MS = 5.0
 
     def __init__(self, device: str, flush_bytes: int):
         import torch
@@ -155,6 +163,22 @@ class _Timer:
         self.cuda = device.startswith("cuda")
         self.torch = torch
         self.flush = torch.empty(flush_bytes, dtype=torch.int8, device=device) if self.cuda else None
+        self.sleep = getattr(torch.cuda, "_sleep", None) if self.cuda else None
+        self.cycles_per_ms: float | None = None
+        self.lead_ms = 0.05  # How far ahead of the host the GPU is kept; grows with the launches' host time.
+
+    def _wait_cycles(self) -> int:
+        torch = self.torch
+        if self.cycles_per_ms is None:
+            probe = 1_000_000
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.sleep(probe)  # The first call loads the sleeping kernel; the second is timed.
+            start.record()
+            self.sleep(probe)
+            end.record()
+            end.synchronize()
+            self.cycles_per_ms = probe / max(start.elapsed_time(end), 1e-3)
+        return int(self.cycles_per_ms * self.lead_ms)
 
     def time_ms(self, run: Callable[[], None]) -> float:
         if not self.cuda:
@@ -162,12 +186,20 @@ class _Timer:
             run()
             return (time.perf_counter() - start) * 1e3
         torch = self.torch
-        self.flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
+        for _attempt in range(3):
+            self.flush.zero_()
+            if self.sleep is not None:
+                self.sleep(self._wait_cycles())
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            queued = time.perf_counter()
+            run()
+            host_ms = (time.perf_counter() - queued) * 1e3
+            end.record()
+            end.synchronize()
+            if self.sleep is None or host_ms < self.lead_ms:
+                break
+            self.lead_ms = min(self.MAX_LEAD_MS, 2 * host_ms)  # The GPU may have idled: wait longer, time again.
         return start.elapsed_time(end)
 
 
@@ -429,12 +461,13 @@ class MeasurePool:
     def _spawn(self, worker: _Worker) -> None:
         # A fresh interpreter rather than multiprocessing's spawn: spawn re-runs the user's main
         # script in the child, which for a script without a __main__ guard would tune again.
-        parent, child = socket.socketpair()
         env = worker.env = _worker_env(worker.device)
-        worker.process = subprocess.Popen(
-            [sys.executable, "-c", f"from dr_kernel.measure import _child_entry; _child_entry({child.fileno()})"],
-            pass_fds=(child.fileno(),), env=env)
-        child.close()
+        with START_LOCK:  # No compile worker is forked while Popen runs (spawning.py).
+            parent, child = socket.socketpair()
+            worker.process = subprocess.Popen(
+                [sys.executable, "-c", f"from dr_kernel.measure import _child_entry; _child_entry({child.fileno()})"],
+                pass_fds=(child.fileno(),), env=env)
+            child.close()
         worker.conn = Connection(parent.detach())
 
     def _send_job(self, worker: _Worker) -> None:
