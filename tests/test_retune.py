@@ -69,6 +69,22 @@ def test_keys_the_program_does_not_reach_keep_their_winner_and_say_so(tmp_path, 
     assert "(4096," in listing and "(1024," not in listing and "100" in listing
 
 
+def test_a_retune_stopped_by_sigterm_says_so_in_one_line_and_keeps_the_winners(tmp_path):
+    # On the H200 `timeout` stopped a retune and the interrupt message itself raised (the program's
+    # words were parsed into the subcommand's name): a traceback instead of one line.
+    db = tmp_path / "results.db"
+    run_program(db)
+    before = _core.Store(str(db)).hottest_winners(5)
+    stop_parent = "import os, signal, time; os.kill(os.getppid(), signal.SIGTERM); time.sleep(30)"
+    env = dict(os.environ, PYTHONPATH=PYTHON_PATH)
+    done = subprocess.run([sys.executable, "-m", "dr_kernel.cli", "retune", "--top", "1", "--db", str(db), "--",
+                           sys.executable, "-c", stop_parent], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "dr-kernel retune: interrupted; what the program re-tuned before it stopped is in the store"]
+    assert _core.Store(str(db)).hottest_winners(5) == before
+
+
 def test_mistakes_and_an_empty_store_get_one_line(tmp_path, capsys):
     assert main(["retune", "--top", "0", "--db", str(tmp_path / "a.db")]) == 2
     assert "--top 0: give at least 1" in capsys.readouterr().err
