@@ -362,3 +362,37 @@ def test_a_failure_while_timing_again_keeps_the_search_result():
         result = run_session(PROBLEM, make_space({"X": [0, 1, 2]}), measure, strategy="exhaustive", max_evals=3,
                              options={"batch": 3}, confirm=3)
     assert calls == [3, 3] and result.best_config == {"X": 0} and result.best_ms == 1.0 and not result.confirmed
+
+
+def spilling_compile(request: CompileRequest) -> StaticReport:
+    """X=9 is the tile whose registers spill by kilobytes: ptxas runs for a minute; the rest 0.05 s."""
+    import time
+
+    time.sleep(60 if request.config["X"] == 9 else 0.05)
+    return StaticReport(kernel="fake", config=dict(request.config), compile_s=0.05, valid=True,
+                        binary_hash=f"b{request.config['X']}")
+
+
+def test_a_compile_far_slower_than_the_sessions_others_times_out_early(monkeypatch):
+    # On the H200 a re-tune waited the pool's 120 s for one matmul tile that spilled, while its
+    # other configs compiled in 0.2 s. Once a few configs have compiled, a compile may take ten
+    # times their median (here at least 1 s instead of 20 s, to keep the test short).
+    import time
+
+    monkeypatch.setattr(StaticStage, "ADAPTIVE_FLOOR_S", 1.0)
+    stage = StaticStage(CompilePool(workers=2, timeout_s=120, task=spilling_compile),
+                        lambda config: CompileRequest("fake", dict(config)))
+    try:
+        assert stage.deadline_s() is None  # Nothing compiled yet: the pool's 120 s.
+        start = time.monotonic()
+        result = run_session(PROBLEM, make_space({"X": [0, 1, 2, 3, 9, 5]}), Counter(), static=stage,
+                             strategy="exhaustive", max_evals=6, prefetch=False, options={"batch": 1})
+        took = time.monotonic() - start
+    finally:
+        stage.close()
+    assert stage.deadline_s() == 1.0
+    statuses = {c["X"]: m["status"] for c, m, _ in result.history}
+    assert statuses == {0: "ok", 1: "ok", 2: "ok", 3: "ok", 9: "compile_timeout", 5: "ok"}
+    error = next(m["error"] for c, m, _ in result.history if c["X"] == 9)
+    assert "compile timed out after 1 s" in error and "median compile" in error and "compile_timeout=" in error
+    assert took < 30, f"the session waited {took:.0f} s for the spilling config"

@@ -91,7 +91,7 @@ class StaticStage:
     def __init__(self, pool: CompilePool, describe: Callable[[dict], CompileRequest],
                  max_guesses: int | None = None, own_pool: bool = True) -> None:
         self.pool = pool
-        self.timeout_s: float | None = None  # Each compile's deadline from now on (None: the pool's).
+        self.timeout_s: float | None = None  # Each compile's deadline from now on (None: adaptive, below).
         self.own_pool = own_pool  # False: the pool serves others too; close() only drops this stage's work.
         self.describe = describe
         self.max_guesses = max_guesses if max_guesses is not None else 4 * pool.workers
@@ -101,6 +101,7 @@ class StaticStage:
         self._guesses: collections.deque[int] = collections.deque()  # Queued guesses, oldest first.
         self._also: set[tuple] = set()  # Keys of compile_also() requests not yet answered.
         self.guessed = 0  # Guesses that finished compiling.
+        self._adaptive: set[int] = set()  # Tickets given an adaptive deadline shorter than the pool's.
 
     def close(self) -> None:
         if self.own_pool:
@@ -121,10 +122,31 @@ class StaticStage:
             if not speculative:
                 self.pool.prioritise(ticket)
             return
-        ticket = self.pool.submit(self.describe(config), speculative=speculative, timeout_s=self.timeout_s)
+        deadline = self.deadline_s()
+        ticket = self.pool.submit(self.describe(config), speculative=speculative, timeout_s=deadline)
         self._tickets[key], self._keys[ticket] = ticket, key
+        if deadline is not None and self.timeout_s is None and deadline < self.pool.timeout_s:
+            self._adaptive.add(ticket)
         if speculative:
             self._guesses.append(ticket)
+
+    # Once a few configs have compiled, a compile may take this many times their median (and at least
+    # ADAPTIVE_FLOOR_S) before it counts as timed out; never longer than the pool's own deadline.
+    ADAPTIVE_FACTOR, ADAPTIVE_FLOOR_S, ADAPTIVE_AFTER = 10.0, 20.0, 4
+
+    def deadline_s(self) -> float | None:
+        """The deadline of a compile submitted now: `timeout_s` when set; else, once a few configs
+        have compiled, ADAPTIVE_FACTOR times their median compile (a config whose registers spill
+        by kilobytes keeps ptxas busy for minutes while its siblings take a fraction of a second:
+        on the H200 one such matmul tile stopped a re-tune for the pool's 120 s); else the pool's."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        times = sorted(r.compile_s for r in self.reports.values()
+                       if r.compile_s and not r.reason.startswith("compile timed out"))
+        if len(times) < self.ADAPTIVE_AFTER:
+            return None
+        median = times[len(times) // 2]
+        return min(self.pool.timeout_s, max(self.ADAPTIVE_FLOOR_S, self.ADAPTIVE_FACTOR * median))
 
     def _take(self, finished: list[tuple[int, StaticReport]]) -> None:
         for ticket, report in finished:
@@ -132,6 +154,11 @@ class StaticStage:
             if key is None:
                 continue
             del self._tickets[key]
+            if ticket in self._adaptive:
+                self._adaptive.discard(ticket)
+                if report.reason.startswith("compile timed out"):
+                    report.reason += (f" ({self.ADAPTIVE_FACTOR:g}x this session's median compile; the other "
+                                      "configs compile far faster. compile_timeout= sets how long to wait at most)")
             self.reports[key] = report
 
     def reports_for(self, configs: Sequence[dict]) -> list[StaticReport]:
