@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, library, sweeps-a, sweeps-b
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, library, retune, splitk, sweeps-a, sweeps-b
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
@@ -23,7 +23,7 @@ echo "built in $(elapsed) s"
 
 sweep() {  # name kernel shape precision limit_s [space JSON]
   local name=$1 kernel=$2 shape=$3 precision=$4 limit=$5 space=${6:-}
-  timeout "$limit" python3 -m dr_kernel.cli sweep --kernel "$kernel" --shape "$shape" --precision "$precision" \
+  timeout -k 10 "$limit" python3 -m dr_kernel.cli sweep --kernel "$kernel" --shape "$shape" --precision "$precision" \
     --out "$work/sweeps/$name.jsonl" --timeout 40 --db "$work/sweeps.db" ${space:+--space "$space"} \
     >> "$work/sweeps/$name.log" 2>&1
   echo "sweep $name: rc $? after $(elapsed) s, $(grep -c '"measure"' "$work/sweeps/$name.jsonl" 2>/dev/null) rows"
@@ -41,7 +41,8 @@ matmul_sweep() {  # name shape precision limit_s
 for step in "$@"; do
   case $step in
     bench)
-      timeout "$(( ${BENCH_DEADLINE:-300} + 60 ))" python3 benchmarks/gpu_bench.py --out "$work/bench" \
+      # SIGABRT on overrun: Python's fault handler prints every thread's stack before the process ends.
+      PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 "$(( ${BENCH_DEADLINE:-300} + 60 ))" python3 benchmarks/gpu_bench.py --out "$work/bench" \
         --cache /tmp/dr_kernel_caches --strategy ppo --deadline "${BENCH_DEADLINE:-300}" \
         --stops "${BENCH_STOPS:-auto}" ${BENCH_PROBLEMS:+--problems "$BENCH_PROBLEMS"} ${BENCH_ARGS:-} \
         >> "$work/bench.log" 2>&1
@@ -49,10 +50,27 @@ for step in "$@"; do
     library)  # Needs .whl (the libraries' wheels, docs/gpu-notes.md) carried; LIB_* set the runs.
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl/*.whl > "$work/pip.log" 2>&1 || { echo "wheels failed"; tail -5 "$work/pip.log"; }
-      PYTHONPATH=python:/tmp/site timeout "${LIB_TIMEOUT:-480}" python3 benchmarks/library_bench.py \
+      PYTHONPATH=python:/tmp/site timeout -k 10 "${LIB_TIMEOUT:-480}" python3 benchmarks/library_bench.py \
         --out "$work/library" --modes "${LIB_MODES:-stock,dr}" ${LIB_OPS:+--ops "$LIB_OPS"} \
         --deadline "${LIB_DEADLINE:-420}" ${LIB_PROFILE:+--profile} > "$work/library.log" 2>&1
       echo "library: rc $? after $(elapsed) s"; tail -25 "$work/library.log" ;;
+    retune)  # A hot key tuned with 1 evaluation, re-tuned with 40 in a run of the program, picked up after.
+      mkdir -p "$work/retune"
+      DR_KERNEL_DB="$work/retune/run.db" RETUNE_FIRST_EVALS=1 RETUNE_FIRST_STRATEGY=exhaustive PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 150 python3 benchmarks/retune_gpu.py \
+        > "$work/retune/first.json" 2> "$work/retune/first.log"
+      echo "retune first run: rc $? after $(elapsed) s: $(tail -c 400 "$work/retune/first.json")"
+      timeout -k 10 240 python3 -m dr_kernel.cli retune --top 1 --budget 40 --db "$work/retune/run.db" --json \
+        -- python3 benchmarks/retune_gpu.py > "$work/retune/retune.json" 2> "$work/retune/retune.log"
+      echo "retune: rc $? after $(elapsed) s: $(tail -c 1500 "$work/retune/retune.json")"
+      DR_KERNEL_DB="$work/retune/run.db" PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 120 python3 benchmarks/retune_gpu.py \
+        > "$work/retune/after.json" 2> "$work/retune/after.log"
+      echo "retune after: rc $? after $(elapsed) s: $(tail -c 400 "$work/retune/after.json")"
+      pack ;;
+    splitk)  # SPLIT_K as a tuning axis on the deep-K and mid-size shapes, over a narrowed tile space.
+      sk='{"BLOCK_M":[64,128],"BLOCK_N":[64,128],"BLOCK_K":[32,64,128],"GROUP_M":[8],"num_warps":[4,8],"num_stages":[3,4],"SPLIT_K":[1,2,4,8,16]}'
+      sweep matmul_splitk_512x512x32768_fp16 matmul M=512,N=512,K=32768 fp16 110 "$sk"
+      sweep matmul_splitk_4096x4096x4096_fp16 matmul M=4096,N=4096,K=4096 fp16 110 "$sk"
+      sweep matmul_splitk_2048x1000x16384_bf16 matmul M=2048,N=1000,K=16384 bf16 110 "$sk" ;;
     sweeps-a)
       sweep softmax_8192x1024_fp16 softmax rows=8192,cols=1024 fp16 60
       sweep softmax_2048x16384_fp16 softmax rows=2048,cols=16384 fp16 60
