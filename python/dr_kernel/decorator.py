@@ -34,7 +34,7 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
              outputs: Sequence[str] | None = None, db: str | None = None,
              settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
              compile_timeout: float = 120.0, pre_hook: Callable | None = None, post_hook: Callable | None = None,
-             prune_configs_by: Mapping | None = None, stop: str = "auto"):
+             prune_configs_by: Mapping | None = None, stop: str = "auto", verbose: bool | None = None):
     """Decorates a @triton.jit kernel so that its first call per key tunes it.
 
     ``space`` (a dict of value lists) or ``configs`` (a list of triton.Config) is the search space;
@@ -63,6 +63,10 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
     more times each and the lowest median wins; ``settings=MeasureSettings(confirm=0)`` keeps the
     fastest first measurement instead. With several GPUs visible, one measuring process runs per
     GPU and the strategy proposes one config per GPU each round.
+
+    ``verbose=True`` shows each tuning's progress on stderr (configs measured, best time so far,
+    time left; a bar on a terminal, a line every few seconds elsewhere); ``None`` (the default)
+    shows it when the environment variable DR_KERNEL_VERBOSE is set to 1.
     """
 
     def decorator(fn):
@@ -72,6 +76,6 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
                            prune_configs_by=prune_configs_by, reference=reference, outputs=outputs, db=db,
                            settings=settings, isolate=isolate, static_checks=static_checks,
                            compile_timeout=compile_timeout, first_config_is_reference=configs is not None,
-                           stop=stop)
+                           stop=stop, verbose=verbose)
 
     return decorator

@@ -51,6 +51,7 @@ from .checking import (
     written,
 )
 from .measure import Job, MeasurePool, MeasureSettings, in_process, relative_error, visible_devices
+from .progress import Progress, verbose_from_env
 from .space import LAUNCH_OPTIONS, config_dict, make_space
 
 # Keyword arguments Triton's launch path passes down that are not kernel arguments.
@@ -337,6 +338,17 @@ def _check_limits(name: str, max_evals: Any, max_seconds: Any, strategy: Any, se
                          "to pay) or 'budget' (use the whole budget)")
 
 
+def _source_hash(fn) -> str:
+    """A hash of a kernel's Python source; of its code object when the source is not on disk (a
+    kernel defined in `python -c`, an exec'd string or a notebook cell that is gone)."""
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = fn.__code__
+        text = repr((code.co_code, code.co_consts, code.co_names, code.co_varnames))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class TunedKernel(TritonAutotuner):
     """A kernel that picks its config per key: from this object's cache, from the results store,
     or by tuning on the first call. Launch it like the kernel it wraps: ``k[grid](...)``.
@@ -353,7 +365,8 @@ class TunedKernel(TritonAutotuner):
                  reference: Callable | None = None, outputs: Sequence[str] | None = None, db: str | None = None,
                  settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
                  compile_timeout: float = 120.0, do_bench: Callable | None = None, widen: bool = False,
-                 first_config_is_reference: bool = False, source: str = "optimize", stop: str = "auto"):
+                 first_config_is_reference: bool = False, source: str = "optimize", stop: str = "auto",
+                 verbose: bool | None = None):
         self.fn = fn
         self.base_fn = fn
         while not inspect.isfunction(self.base_fn):
@@ -385,6 +398,7 @@ class TunedKernel(TritonAutotuner):
         self.static_checks, self.compile_timeout = static_checks, compile_timeout
         self._do_bench, self.widen = do_bench, widen
         self.first_config_is_reference, self.source = first_config_is_reference, source
+        self.verbose = verbose  # A progress bar per tuning; None: as DR_KERNEL_VERBOSE says.
         self.cache: dict[tuple, Any] = {}
         # Key -> (store file, its winner's key there): where its launches are counted (hot.py).
         self._store_keys: dict[tuple, tuple[str, str]] = {}
@@ -447,8 +461,7 @@ class TunedKernel(TritonAutotuner):
             from .compile_pool import jit_function
 
             jit = jit_function(self.fn)
-            source_hash = getattr(jit, "cache_key", None) or hashlib.sha256(
-                inspect.getsource(self.base_fn).encode()).hexdigest()
+            source_hash = getattr(jit, "cache_key", None) or _source_hash(self.base_fn)
             self._static_key = f"{self.__name__}|{source_hash}|triton {triton.__version__}"
         searched = json.dumps([sorted((k, repr(v)) for k, v in c.items()) for c in configs], sort_keys=True)
         extra = json.dumps({"constraints": self.constraints, "widen": self.widen})
@@ -829,14 +842,18 @@ class TunedKernel(TritonAutotuner):
                     return results
 
                 def tune(space, strategy, budget, known=None, measure=measure, first=first):
-                    return run_session(problem, space, measure, static=stage, strategy=strategy, max_evals=budget,
-                                       options=stop_options(stop, strategy), first=first,
-                                       max_seconds=self.max_seconds, seed=self.seed, store=store,
-                                       source=self.source, trust_compile_errors=False, launch_key=grid_of,
-                                       parallel=len(devices) if isolate else 1, confirm=self.settings.confirm,
-                                       confirm_rounds=self.settings.confirm_rounds,
-                                       confirm_within=self.settings.confirm_within, known=known,
-                                       in_process=not isolate)
+                    shown = self.verbose if self.verbose is not None else verbose_from_env()
+                    total = min(budget, space.count_valid()) if budget is not None else space.count_valid()
+                    with Progress(total, f"tune {self.__name__} {key}", enabled=shown) as progress:
+                        return run_session(problem, space, measure, static=stage, strategy=strategy,
+                                           max_evals=budget, options=stop_options(stop, strategy), first=first,
+                                           max_seconds=self.max_seconds, seed=self.seed, store=store,
+                                           source=self.source, trust_compile_errors=False, launch_key=grid_of,
+                                           parallel=len(devices) if isolate else 1, confirm=self.settings.confirm,
+                                           confirm_rounds=self.settings.confirm_rounds,
+                                           confirm_within=self.settings.confirm_within, known=known,
+                                           in_process=not isolate,
+                                           on_trial=lambda config, result, _s: progress.trial(result, config))
 
                 try:
                     phase = time.perf_counter()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -95,29 +94,6 @@ def _strategy_names(text: str) -> list[str]:
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-class Progress:
-    """One status line on stderr that rewrites itself; silent when stderr is not a terminal."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.width = 0
-
-    def show(self, text: str) -> None:
-        if not self.enabled:
-            return
-        columns = shutil.get_terminal_size((100, 20)).columns - 1
-        text = text[:columns]
-        sys.stderr.write("\r" + text + " " * max(0, self.width - len(text)))
-        sys.stderr.flush()
-        self.width = len(text)
-
-    def close(self) -> None:
-        if self.enabled and self.width:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-        self.width = 0
 
 
 def _builtin(name: str):

@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+from ..progress import Progress
 from .common import (
     BUDGET,
     MAX,
@@ -57,18 +58,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.holdout == "family":
         unseen = tables
     reports, held_back = {}, {}
-    for name in strategies:
-        replayed = unseen if name in agent_strategies else tables
-        held_back[name] = len(tables) - len(replayed)
-        if not replayed:
-            continue
-        if name in agent_strategies and args.holdout == "family":
-            from ..holdout import replay_held_out
+    bar = Progress(len(strategies), "replay", unit="strategy")
+    # With a bar, the held-out families' training news goes after it instead of on lines of their own.
+    say = (lambda text: bar.update(0, now=text)) if bar.shown else _say
+    try:
+        for name in strategies:
+            replayed = unseen if name in agent_strategies else tables
+            held_back[name] = len(tables) - len(replayed)
+            bar.update(0, strategy=name, problems=len(replayed))
+            if not replayed:
+                bar.update(1)
+                continue
+            if name in agent_strategies and args.holdout == "family":
+                from ..holdout import replay_held_out
 
-            reports[name] = replay_held_out(replayed, name, args.budget, args.repeats, args.within, args.seed,
-                                            options, progress=_say)
-        else:
-            reports[name] = _core.replay(replayed, name, args.budget, args.repeats, args.within, args.seed, options)
+                reports[name] = replay_held_out(replayed, name, args.budget, args.repeats, args.within, args.seed,
+                                                options, progress=say)
+            else:
+                reports[name] = _core.replay(replayed, name, args.budget, args.repeats, args.within, args.seed,
+                                             options)
+            bar.update(1)
+    finally:
+        bar.close()
     if args.json:
         for name in strategies:
             if name in agent_strategies:

@@ -6,12 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..progress import Progress
 from . import common
 from .common import (
     INTERPRETER_NOTE,
     MAX,
     NO_GPU,
-    Progress,
     UsageError,
     _builtin,
     _check_range,
@@ -40,12 +40,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if space is not None:
         configs = [c for c in space.configs(space.product_size)]
     store = open_store(args.db)
-    progress = Progress()
+    progress = Progress(None, f"sweep {kernel.name}", unit="config")
+    done = [0]
 
     def show(r) -> None:
-        total = r.total - r.skipped
-        statuses = " ".join(f"{s} {n}" for s, n in sorted(r.statuses.items()))
-        progress.show(f"sweep {kernel.name}: {r.recorded}/{total} recorded ({statuses})")
+        if done[0] == 0:
+            progress.set_total(r.total - r.skipped)
+        progress.update(r.recorded - done[0], **{s: n for s, n in sorted(r.statuses.items())})
+        done[0] = r.recorded
 
     try:
         result = run_sweep(kernel, shape, dtype, args.out, configs=configs, limit=args.limit,

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from ..holdout import BC_EPISODES, PPO_STEPS, SYNTHETIC
+from ..progress import Progress
 from .common import MIN_TRAINING_ROWS, SEED, UsageError, _check_range, _read_tables
 
 
@@ -29,15 +30,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"training the cost model and the agent on {len(tables)} problems from {len(paths)} files", file=sys.stderr)
     start = time.perf_counter()
 
-    def progress(steps: int, mean_return: float, mean_length: float) -> None:
-        if sys.stderr.isatty():
-            print(f"\r  PPO step {steps:>9,}  mean return {mean_return:7.3f}  episode length {mean_length:5.1f}",
-                  end="", file=sys.stderr, flush=True)
+    bar = Progress(args.ppo_steps, "train: PPO", unit="step")
+    done = [0]
 
-    report = _core.train_agent(tables, args.ppo_steps, args.bc_episodes, args.synthetic, args.seed,
-                               str(out / POLICY_FILE.name), str(out / MODEL_FILE.name), progress)
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
+    def progress(steps: int, mean_return: float, mean_length: float) -> None:
+        bar.update(steps - done[0], mean_return=f"{mean_return:.3f}", episode=f"{mean_length:.1f}")
+        done[0] = steps
+
+    try:
+        report = _core.train_agent(tables, args.ppo_steps, args.bc_episodes, args.synthetic, args.seed,
+                                   str(out / POLICY_FILE.name), str(out / MODEL_FILE.name), progress)
+    finally:
+        bar.close()
     report["seconds"] = time.perf_counter() - start
     # What the agent has seen, so that replay shows it only on what it has not.
     (out / "trained_on.json").write_text(json.dumps({

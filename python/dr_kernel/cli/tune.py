@@ -6,9 +6,9 @@ import argparse
 import json
 import math
 import statistics
-import time
 from pathlib import Path
 
+from ..progress import Progress
 from . import common
 from .common import (
     BUDGET,
@@ -16,7 +16,6 @@ from .common import (
     MAX,
     NO_GPU,
     SEED,
-    Progress,
     UsageError,
     _builtin,
     _check_range,
@@ -62,18 +61,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         space = make_space(kernel.space, constraints=kernel.constraints)
     store = open_store(args.db)
-    progress = Progress(enabled=not args.json)
-    total = min(args.budget, space.count_valid())
-    count, best, started = [0], [math.inf], time.perf_counter()
+    progress = Progress(min(args.budget, space.count_valid()), f"tune {kernel.name}",
+                        enabled=False if args.json else None)
 
     def on_trial(config: dict, m: dict, elapsed: float) -> None:
-        count[0] += 1
-        if m["status"] == "ok":
-            best[0] = min(best[0], m["ms"])
-        filled = min(20, int(20 * count[0] / total))
-        best_text = f"best {best[0]:.4f} ms" if math.isfinite(best[0]) else "no valid config yet"
-        progress.show(f"tune {kernel.name} [{'#' * filled}{'.' * (20 - filled)}] {count[0]}/{total}  "
-                      f"{best_text}  last {m['status']}  {time.perf_counter() - started:.0f} s")
+        progress.trial(m)
 
     settings = MeasureSettings(reps=args.reps, confirm=args.confirm, confirm_within=args.confirm_within)
     try:
