@@ -21,6 +21,22 @@ from typing import Any
 PPO_STEPS, BC_EPISODES, SYNTHETIC = 200_000, 1500, 24
 
 
+def problem_key(problem: Mapping[str, Any]) -> str:
+    """One problem's identity across tables, stores and trained_on.json."""
+    return json.dumps({k: problem[k] for k in ("family", "shape", "dtype", "device")}, sort_keys=True)
+
+
+def shipped_agent_trained_on() -> set[str] | None:
+    """The problem_key()s the shipped agent was trained on, from the trained_on.json that `dr-kernel
+    train` writes beside policy.bin; None when it does not say (then every replay of it is suspect)."""
+    from . import POLICY_FILE
+
+    listed = POLICY_FILE.parent / "trained_on.json"
+    if not listed.exists():
+        return None
+    return {problem_key(p) for p in json.loads(listed.read_text())["problems"]}
+
+
 def use_agent_without(family: str, training: Sequence[Any], folder: Path, ppo_steps: int = PPO_STEPS,
                       bc_episodes: int = BC_EPISODES, synthetic: int = SYNTHETIC, seed: int = 0) -> None:
     """Makes the agent trained with the shipped recipe on `training` less `family`'s tables the

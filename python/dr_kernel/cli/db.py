@@ -40,6 +40,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..store import open_store
 
     store = open_store(args.db, read_only=True)
+    if args.html is not None:
+        from ..report import html_report
+
+        if args.html.is_dir():
+            raise UsageError(f"--html {args.html} is a folder; give the page's file name, e.g. report.html")
+        args.html.write_text(html_report(store))
+        print(f"wrote {args.html}: {len(store.problems())} problems of {store.path}")
+        return 0
     out = []
     for problem in store.problems():
         if args.family and problem["family"] != args.family:
@@ -74,4 +82,7 @@ def add_parser(sub) -> None:
     p.add_argument("--db", type=Path, help="the database file (default: $DR_KERNEL_DB or the per-user cache)")
     p.add_argument("--family", help="only problems of this kernel family")
     p.add_argument("--json", action="store_true", help="print one JSON list")
+    p.add_argument("--html", type=Path, metavar="OUT",
+                   help="write one self-contained HTML page instead: problems, best configs, tuning curves, stored "
+                        "winners, and search strategies replayed over the measured configs")
     p.set_defaults(func=cmd_report)

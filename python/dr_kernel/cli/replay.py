@@ -25,16 +25,12 @@ from .common import (
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from .. import POLICY_FILE, _core
+    from ..holdout import problem_key, shipped_agent_trained_on
     from ..report import plot_replay
-
-    def problem_key(problem: dict) -> str:
-        return json.dumps({k: problem[k] for k in ("family", "shape", "dtype", "device")}, sort_keys=True)
 
     # `dr-kernel train` lists beside policy.bin the problems the agent was trained on (None: unknown).
     trained_on_file = POLICY_FILE.parent / "trained_on.json"
-    trained_on = None
-    if trained_on_file.exists():
-        trained_on = {problem_key(p) for p in json.loads(trained_on_file.read_text())["problems"]}
+    trained_on = shipped_agent_trained_on()
     agent_strategies = ("ppo",)  # Strategies that use the trained agent.
 
     _check_range(args, budget=BUDGET, repeats=(1, 1000), within=(1.0, MAX), seed=SEED)
