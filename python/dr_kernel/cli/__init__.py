@@ -51,7 +51,16 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "db" and not any(x.startswith("-") for x in extra):
+        # argparse gives `db export --format kernel_tuner OUT` no files (its list ends at the option): the
+        # files after the options are the command's files too.
+        from pathlib import Path
+
+        args.files += [Path(x) for x in extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if threading.current_thread() is threading.main_thread():
         # `timeout` and job schedulers stop a run with SIGTERM: unwind as for Ctrl-C, so that the
         # worker processes (and the ptxas they run) are stopped and the rows written are kept.

@@ -14,14 +14,34 @@ def cmd_db(args: argparse.Namespace) -> int:
     from ..store import open_store
 
     store = open_store(args.db, read_only=args.action != "import")  # stats and export only read.
+    kernel_tuner = args.format == "kernel_tuner"
     if args.action == "import":
         if not args.files:
             raise UsageError("db import needs the recorded tables to import, e.g. dr-kernel db import sweep.jsonl")
-        added = store.import_tables(_core.read_tables([str(f) for f in args.files]))
+        if kernel_tuner:
+            from ..interchange import CacheFileError, import_kernel_tuner
+
+            try:
+                added = import_kernel_tuner(store, args.files)
+            except CacheFileError as error:
+                raise UsageError(f"{error}; nothing was imported") from None
+        else:
+            added = store.import_tables(_core.read_tables([str(f) for f in args.files]))
         print(f"imported {added} rows into {store.path} ({store.count()} in all)")
     elif args.action == "export":
         if len(args.files) != 1:
-            raise UsageError("db export needs one output file, e.g. dr-kernel db export all.jsonl")
+            raise UsageError("db export needs one output " + ("folder, e.g. dr-kernel db export --format kernel_tuner "
+                                                              "caches/" if kernel_tuner else
+                                                              "file, e.g. dr-kernel db export all.jsonl"))
+        if kernel_tuner:
+            from ..interchange import export_kernel_tuner
+
+            if args.files[0].exists() and not args.files[0].is_dir():
+                raise UsageError(f"{args.files[0]} is a file; Kernel Tuner keeps one cache file per problem: give a "
+                                 "folder")
+            written = export_kernel_tuner(store, args.files[0])
+            print(f"exported {len(written)} problems as Kernel Tuner cache files into {args.files[0]}")
+            return 0
         tables = store.export_tables()
         _core.write_tables(tables, str(args.files[0]))
         print(f"exported {sum(len(t) for t in tables)} rows of {len(tables)} problems to {args.files[0]}")
@@ -75,6 +95,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("db", help="the results store: import or export recorded tables, or list what it holds")
     p.add_argument("action", choices=["stats", "import", "export"])
     p.add_argument("files", nargs="*", type=Path)
+    p.add_argument("--format", choices=["table", "kernel_tuner"], default="table",
+                   help="table: the recorded-table JSONL (docs/data-format.md); kernel_tuner: Kernel Tuner cache "
+                        "files, one per problem (export writes a folder of them)")
     p.add_argument("--db", type=Path, help="the database file (default: $DR_KERNEL_DB or the per-user cache)")
     p.set_defaults(func=cmd_db)
 
