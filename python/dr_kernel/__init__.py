@@ -44,6 +44,13 @@ _LAZY = {"autotune": "dropin", "optimize": "decorator", "install": "switch", "in
          "flush_launch_counts": "hot"}
 
 
+def load_ipython_extension(ipython) -> None:
+    """`%load_ext dr_kernel` in IPython or Jupyter: the `%%dr_kernel` cell magic (notebook.py)."""
+    from .notebook import load_ipython_extension as load
+
+    load(ipython)
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib

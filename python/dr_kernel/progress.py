@@ -3,7 +3,8 @@
 A tqdm bar: how much is done, the rate and the time left, and what matters for the operation
 (the best time so far, the last config's status). By default it shows only when stderr is a
 terminal, so that logs, CI output and pipes stay clean; `enabled=True` (`@optimize(verbose=True)`,
-DR_KERNEL_VERBOSE=1) shows it anyway, as plain lines when stderr is not a terminal. Without tqdm
+DR_KERNEL_VERBOSE=1) shows it anyway, as plain lines when stderr is not a terminal, and in a
+Jupyter kernel as a live view in the cell's output (notebook.py). Without tqdm
 installed the bars are left out (tqdm is a dependency of dr_kernel; a GPU machine that cannot
 install it still tunes).
 """
@@ -40,6 +41,12 @@ class Progress:
                  stream: Any = None) -> None:
         self.best_ms = math.inf
         self._bar = None
+        if enabled and stream is None:
+            from .notebook import NotebookView, in_notebook
+
+            if in_notebook():  # A Jupyter kernel: a live view in the cell's output instead of text on stderr.
+                self._bar = NotebookView(total, desc)
+                return
         stream = stream or sys.stderr
         tty = bool(getattr(stream, "isatty", lambda: False)())
         if enabled is False or (enabled is None and not tty):
@@ -63,12 +70,18 @@ class Progress:
     def update(self, n: int = 1, **fields: Any) -> None:
         if self._bar is None:
             return
+        if not hasattr(self._bar, "set_postfix"):  # The notebook view shows its own fields.
+            self._bar.update(n)
+            return
         if fields:
             self._bar.set_postfix(fields, refresh=False)
         self._bar.update(n)
 
     def trial(self, measurement: dict, config: dict | None = None) -> None:
         """One measured config: the bar moves on and shows the best time so far and this status."""
+        if self._bar is not None and not hasattr(self._bar, "set_postfix"):
+            self._bar.trial(measurement, config)
+            return
         if measurement.get("status") == "ok" and measurement.get("ms") is not None:
             self.best_ms = min(self.best_ms, float(measurement["ms"]))
         fields = {"best": f"{self.best_ms:.4g} ms" if math.isfinite(self.best_ms) else "-",
@@ -78,7 +91,7 @@ class Progress:
         self.update(1, **fields)
 
     def set_total(self, total: int) -> None:
-        if self._bar is not None:
+        if self._bar is not None and hasattr(self._bar, "refresh"):
             self._bar.total = total
             self._bar.refresh()
 

@@ -233,6 +233,51 @@ class SessionResult:
         counts: dict[str, int] = collections.Counter(m["status"] for _, m, _ in self.history)
         return dict(counts)
 
+    def best_so_far(self) -> list[float]:
+        """The best time after each evaluation (inf until one ran correctly)."""
+        best, out = math.inf, []
+        for _, m, _ in self.history:
+            if m["status"] == "ok" and m.get("ms") is not None:
+                best = min(best, m["ms"])
+            out.append(best)
+        return out
+
+    def plot(self, ax=None):
+        """Draws the session with matplotlib: each measured time and the best so far against
+        evaluations; returns the Axes (a new figure's unless `ax` is given)."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 3.2))
+        ok = [(i + 1, m["ms"]) for i, (_, m, _) in enumerate(self.history) if m["status"] == "ok"]
+        if ok:
+            ax.scatter(*zip(*ok, strict=True), s=12, alpha=0.6, label="measured")
+        curve = [(i + 1, b) for i, b in enumerate(self.best_so_far()) if math.isfinite(b)]
+        if curve:
+            ax.step(*zip(*curve, strict=True), where="post", linewidth=1.6, label="best so far")
+        ax.set_xlabel("evaluation")
+        ax.set_ylabel("ms")
+        ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        return ax
+
+    def _repr_html_(self) -> str:
+        import html
+        import json
+
+        best = f"{self.best_ms:.4g} ms {html.escape(json.dumps(self.best_config))}" if self.best_config else "none"
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses().items()))
+        rows = []
+        for i, (config, m, _) in enumerate(self.history):
+            ms = f"{m['ms']:.4g}" if m.get("ms") is not None else "-"
+            rows.append(f"<tr><td>{i + 1}</td><td><code>{html.escape(json.dumps(config))}</code></td>"
+                        f"<td>{html.escape(m['status'])}</td><td style='text-align:right'>{ms}</td></tr>")
+        rows = "".join(rows)
+        return (f"<div class='dr-kernel-session'><p>{self.evaluations} evaluations ({statuses}) in "
+                f"{self.wall_s:.1f} s; best {best}</p><table><tr><th>#</th><th>config</th><th>status</th>"
+                f"<th>ms</th></tr>{rows}</table></div>")
+
 
 def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: StaticStage | None = None,
                 strategy: str = "ppo", max_evals: int = 100, max_seconds: float = math.inf, seed: int = 0,
