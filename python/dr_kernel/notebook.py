@@ -80,9 +80,6 @@ class NotebookView:
         self.last = (config, measurement.get("status", ""))
         self.update(1)
 
-    def close(self) -> None:
-        pass
-
 
 # ----- the cell magic ---------------------------------------------------------------------------------
 

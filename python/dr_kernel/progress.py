@@ -40,12 +40,13 @@ class Progress:
     def __init__(self, total: int | None, desc: str, *, unit: str = "eval", enabled: bool | None = None,
                  stream: Any = None) -> None:
         self.best_ms = math.inf
-        self._bar = None
+        self._bar = None  # The tqdm bar, or
+        self._view = None  # the live view in a Jupyter cell's output (instead of text on stderr).
         if enabled and stream is None:
             from .notebook import NotebookView, in_notebook
 
-            if in_notebook():  # A Jupyter kernel: a live view in the cell's output instead of text on stderr.
-                self._bar = NotebookView(total, desc)
+            if in_notebook():
+                self._view = NotebookView(total, desc)
                 return
         stream = stream or sys.stderr
         tty = bool(getattr(stream, "isatty", lambda: False)())
@@ -65,13 +66,12 @@ class Progress:
 
     @property
     def shown(self) -> bool:
-        return self._bar is not None
+        return self._bar is not None or self._view is not None
 
     def update(self, n: int = 1, **fields: Any) -> None:
+        if self._view is not None:  # It shows its own fields.
+            self._view.update(n)
         if self._bar is None:
-            return
-        if not hasattr(self._bar, "set_postfix"):  # The notebook view shows its own fields.
-            self._bar.update(n)
             return
         if fields:
             self._bar.set_postfix(fields, refresh=False)
@@ -79,8 +79,8 @@ class Progress:
 
     def trial(self, measurement: dict, config: dict | None = None) -> None:
         """One measured config: the bar moves on and shows the best time so far and this status."""
-        if self._bar is not None and not hasattr(self._bar, "set_postfix"):
-            self._bar.trial(measurement, config)
+        if self._view is not None:
+            self._view.trial(measurement, config)
             return
         if measurement.get("status") == "ok" and measurement.get("ms") is not None:
             self.best_ms = min(self.best_ms, float(measurement["ms"]))
@@ -91,14 +91,14 @@ class Progress:
         self.update(1, **fields)
 
     def set_total(self, total: int) -> None:
-        if self._bar is not None and hasattr(self._bar, "refresh"):
+        if self._bar is not None:
             self._bar.total = total
             self._bar.refresh()
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-            self._bar = None
+        self._bar = self._view = None
 
     def __enter__(self) -> Progress:
         return self
