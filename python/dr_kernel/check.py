@@ -195,31 +195,36 @@ def time_config(entry: Entry, config: dict, *, interpret: bool) -> dict:
 def check(baseline: Baseline, store, *, interpret: bool = False, tune: bool = False, budget: int = 50,
           threshold: float | None = None, on_outcome=None) -> list[Outcome]:
     """Measures every entry's current winner and judges it against the baseline."""
+    from .session import device_name
+
     threshold = baseline.threshold if threshold is None else threshold
-    outcomes = []
-    for entry in baseline.entries:
+    here = device_name(interpret)
+
+    def judge(entry: Entry) -> Outcome:
+        if entry.device is not None and entry.ms is not None and entry.device != here:
+            return Outcome(entry, "failed", device=here,
+                           note=f"the baseline was measured on {entry.device}, this is {here}: keep a baseline "
+                                "per GPU (write this one with --update)")
         config, source, device = current_winner(entry, store, interpret=interpret, tune=tune, budget=budget)
         if config is None:
-            outcome = Outcome(entry, "failed", source=source, device=device, note="no config ran correctly")
-        elif entry.device is not None and entry.ms is not None and entry.device != device:
-            outcome = Outcome(entry, "failed", config=config, source=source, device=device,
-                              note=f"the baseline was measured on {entry.device}, this is {device}: keep a "
-                                   "baseline per GPU (write this one with --update)")
-        else:
-            m = time_config(entry, config, interpret=interpret)
-            if m["status"] != "ok":
-                outcome = Outcome(entry, "failed", config=config, source=source, device=device,
-                                  note=f"the winner did not run: {m['status']} {m.get('error') or ''}".strip())
-            else:
-                outcome = Outcome(entry, "new", m["ms"], config, source, device)
-                if entry.ms is not None:
-                    ratio = m["ms"] / entry.ms
-                    # Faster by as much as a regression is slower (1 / (1 + threshold)): worth a new baseline.
-                    outcome.verdict = "regressed" if ratio > 1 + threshold else \
-                        "faster" if ratio < 1 / (1 + threshold) else "ok"
-        outcomes.append(outcome)
+            return Outcome(entry, "failed", source=source, device=device, note="no config ran correctly")
+        m = time_config(entry, config, interpret=interpret)
+        if m["status"] != "ok":
+            return Outcome(entry, "failed", config=config, source=source, device=device,
+                           note=f"the winner did not run: {m['status']} {m.get('error') or ''}".strip())
+        outcome = Outcome(entry, "new", m["ms"], config, source, device)
+        if entry.ms is not None:
+            ratio = m["ms"] / entry.ms
+            # Faster by as much as a regression is slower (1 / (1 + threshold)): worth a new baseline.
+            outcome.verdict = "regressed" if ratio > 1 + threshold else \
+                "faster" if ratio < 1 / (1 + threshold) else "ok"
+        return outcome
+
+    outcomes = []
+    for entry in baseline.entries:
+        outcomes.append(judge(entry))
         if on_outcome is not None:
-            on_outcome(outcome)
+            on_outcome(outcomes[-1])
     return outcomes
 
 
