@@ -18,6 +18,7 @@ kernel_tuner = pytest.importorskip("kernel_tuner")  # scripts/setup installs it 
 DATA = Path(__file__).resolve().parents[1] / "python" / "dr_kernel" / "data" / "h200"
 
 
+@pytest.mark.filterwarnings("ignore:None of the tunable parameters specify thread block dimensions")
 def test_kernel_tuner_tunes_over_a_table_dr_kernel_exported(tmp_path, capsys):
     db = tmp_path / "r.db"
     open_store(db).import_tables(_core.read_tables([str(DATA / "attention.jsonl")]))
