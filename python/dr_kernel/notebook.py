@@ -123,8 +123,16 @@ def dr_kernel_magic(line: str, cell: str) -> None:
             os.environ.pop("DR_KERNEL_VERBOSE", None)
         else:
             os.environ["DR_KERNEL_VERBOSE"] = old_verbose
-    tuned = [(name, v) for name, v in shell.user_ns.items()
-             if isinstance(v, TunedKernel) and id(v) not in before and v.last_session is not None]
+    def tuned_kernel(value):
+        # @triton.heuristics above the autotune wraps it: the TunedKernel is down the `.fn` chain.
+        for _ in range(4):
+            if isinstance(value, TunedKernel):
+                return value
+            value = getattr(value, "fn", None)
+        return None
+
+    tuned = [(name, tuned_kernel(v)) for name, v in shell.user_ns.items() if id(v) not in before]
+    tuned = [(name, k) for name, k in tuned if k is not None and k.last_session is not None]
     for name, kernel in tuned:
         display(HTML(f"<h4>{html.escape(name)}</h4>{kernel.last_session._repr_html_()}"))
 
