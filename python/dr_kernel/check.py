@@ -21,7 +21,6 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 FORMAT = "dr_kernel check baseline"
 VERSION = 1
@@ -109,33 +108,6 @@ def read_baseline(path: Path | str, missing_ok: bool = False) -> Baseline:
             raise BaselineError(f"{where}: a time without its config; write it again with --update")
         entries.append(Entry(kernel.name, shape, precision, raw.get("device"), config, ms))
     return Baseline(path, entries, float(threshold))
-
-
-def parse_entry(text: str) -> Entry:
-    """KERNEL:SHAPE[:PRECISION], e.g. matmul:M=4096,N=4096,K=4096:fp16."""
-    from .kernels import UnknownKernelError, dtype_name, get
-
-    parts = text.split(":")
-    if len(parts) not in (2, 3):
-        raise ValueError(f"--add {text}: give KERNEL:SHAPE[:PRECISION], e.g. matmul:M=4096,N=4096,K=4096:fp16")
-    try:
-        kernel = get(parts[0])
-    except UnknownKernelError as error:
-        raise ValueError(f"--add {text}: {error}") from None
-    shape: dict[str, Any] = {}
-    for pair in parts[1].split(","):
-        name, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--add {text}: the shape is KEY=VALUE pairs, e.g. M=4096,N=4096,K=4096")
-        try:
-            shape[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else \
-                {"true": True, "false": False}[value.strip().lower()]
-        except KeyError:
-            raise ValueError(f"--add {text}: {name}={value} is not a number") from None
-    try:
-        return Entry(kernel.name, kernel.check_shape(shape), dtype_name(parts[2] if len(parts) == 3 else "fp16"))
-    except (ValueError, KeyError) as error:
-        raise ValueError(f"--add {text}: {error}") from None
 
 
 @dataclass

@@ -7,11 +7,28 @@ import json
 from pathlib import Path
 
 from . import common
-from .common import BUDGET, NO_GPU, UsageError, _check_range
+from .common import BUDGET, NO_GPU, UsageError, _builtin, _check_range, _parse_shape
+
+
+def _entry(text: str):
+    """--add KERNEL:SHAPE[:PRECISION], e.g. matmul:M=4096,N=4096,K=4096:fp16."""
+    from ..check import Entry
+    from ..kernels import dtype_name
+
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise UsageError(f"--add {text}: give KERNEL:SHAPE[:PRECISION], e.g. matmul:M=4096,N=4096,K=4096:fp16")
+    kernel = _builtin(parts[0])
+    try:
+        shape = _parse_shape(kernel, parts[1])
+        precision = dtype_name(parts[2] if len(parts) == 3 else "fp16")
+    except (UsageError, ValueError, KeyError) as error:
+        raise UsageError(f"--add {text}: {error}") from None
+    return Entry(kernel.name, shape, precision)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ..check import BaselineError, check, merge, parse_entry, read_baseline, table, updated
+    from ..check import BaselineError, check, merge, read_baseline, table, updated
     from ..store import open_store
 
     _check_range(args, budget=BUDGET)
@@ -23,9 +40,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(NO_GPU)
     try:
         baseline = read_baseline(args.baseline, missing_ok=args.update)
-        baseline = merge(baseline, [parse_entry(text) for text in args.add])
-    except (BaselineError, ValueError) as error:
+    except BaselineError as error:
         raise UsageError(str(error)) from None
+    baseline = merge(baseline, [_entry(text) for text in args.add])
     if not baseline.entries:
         raise UsageError(f"{args.baseline}: no problems to check; add some with --update --add "
                          "KERNEL:SHAPE[:PRECISION]")
