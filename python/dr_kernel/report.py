@@ -73,8 +73,11 @@ def _svg(fig) -> str:
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg")
     plt.close(fig)
-    text = buffer.getvalue()
-    return text[text.index("<svg"):]  # Inline: without the XML prolog and doctype.
+    return _inline(buffer.getvalue())
+
+
+def _inline(svg: str) -> str:
+    return svg[svg.index("<svg"):]  # Without the XML prolog and doctype, to sit inside a page.
 
 
 def _tuning_curve_svg(rows: list[tuple[dict, dict]], label: str) -> str:
@@ -194,7 +197,7 @@ def html_report(store, title: str | None = None, *, replay_budget: int = 50, rep
         text = buffer.getvalue().decode()
         parts.append(f"<p>{len(tables)} problems with at least {MIN_REPLAY_ROWS} measured configs; each strategy "
                      f"searches only those configs, {replay_repeats} runs of {replay_budget} evaluations. "
-                     f"{esc(' '.join(notes))}</p><figure id='strategies'>{text[text.index('<svg'):]}</figure>")
+                     f"{esc(' '.join(notes))}</p><figure id='strategies'>{_inline(text)}</figure>")
     else:
         parts.append(f"<p>No problem has {MIN_REPLAY_ROWS} measured configs yet (a sweep records them all: "
                      "dr-kernel sweep).</p>")

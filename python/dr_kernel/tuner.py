@@ -843,7 +843,9 @@ class TunedKernel(TritonAutotuner):
 
                 def tune(space, strategy, budget, known=None, measure=measure, first=first):
                     shown = self.verbose if self.verbose is not None else verbose_from_env()
-                    total = min(budget, space.count_valid()) if budget is not None else space.count_valid()
+                    # Counting the valid configs walks the space: only for a bar that is shown.
+                    total = None if not shown else \
+                        min(budget, space.count_valid()) if budget is not None else space.count_valid()
                     with Progress(total, f"tune {self.__name__} {key}", enabled=shown) as progress:
                         return run_session(problem, space, measure, static=stage, strategy=strategy,
                                            max_evals=budget, options=stop_options(stop, strategy), first=first,
