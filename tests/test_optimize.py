@@ -152,6 +152,31 @@ def test_without_a_reference_the_majority_of_results_decides_not_the_first_confi
     assert any("majority" in note for note in out["notes"])
 
 
+@pytest.mark.parametrize("isolate", ["in_process", "isolate"])
+def test_the_out_voted_first_search_leaves_no_false_verdict_in_the_store(tmp_path, isolate):
+    # Issue 9, point 2: the first search, judged by the wrong first config, stored the right configs
+    # as wrong and the wrong one as ok; the vote's verdict must be what the store says of each.
+    from dr_kernel.session import stored_measurements
+    from dr_kernel.space import make_space
+    from dr_kernel.store import open_store
+
+    (tmp_path / "vote_kernel.py").write_text(VOTE_SCRIPT)
+    out = _run_in(tmp_path, [1, 0, 2], isolate)
+    assert out["correct"] and any("majority" in note for note in out["notes"])
+    store = open_store(tmp_path / "results.db")
+    (problem,) = store.problems()
+    rows = store.rows(problem)
+    by_variant = {v: [m["status"] for c, m in rows if c["VARIANT"] == v] for v in (0, 1, 2)}
+    assert by_variant[1] and set(by_variant[1]) == {"wrong"}, by_variant
+    for right in (0, 2):
+        assert by_variant[right] and "wrong" not in by_variant[right], by_variant
+        assert all(m["ms"] > 0 for c, m in rows if c["VARIANT"] == right)
+    # What a resumed tune reads from the store (one measurement per config) says the same.
+    known = stored_measurements(store, problem, make_space({"VARIANT": [1, 0, 2], "BLOCK": [32, 64]}))
+    assert {dict(k)["VARIANT"]: m["status"] for k, m in known.items() if dict(k)["VARIANT"] == 1} == {1: "wrong"}
+    assert all(m["status"] == "ok" for k, m in known.items() if dict(k)["VARIANT"] != 1)
+
+
 def test_without_a_reference_a_tie_between_results_is_refused_with_the_configs_named(tmp_path):
     (tmp_path / "vote_kernel.py").write_text(VOTE_SCRIPT)
     out = _run_in(tmp_path, [1, 0], "in_process")

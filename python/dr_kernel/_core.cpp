@@ -248,8 +248,13 @@ NB_MODULE(_core, m) {
       .def("add", [](Store& s, const nb::dict& problem, const nb::dict& config, const nb::dict& measurement,
                      const std::string& source) {
              TableRow row{ToNamed(config), ToMeasurement(measurement), kNaN};
-             s.Add(ToProblem(problem), row, source);
-           }, nb::arg("problem"), nb::arg("config"), nb::arg("measurement"), nb::arg("source"))
+             return s.Add(ToProblem(problem), row, source);
+           }, nb::arg("problem"), nb::arg("config"), nb::arg("measurement"), nb::arg("source"),
+           "Adds one measurement and returns its row's id (for rejudge).")
+      .def("rejudge", &Store::Rejudge, nb::arg("now_wrong"), nb::arg("withdrawn"), nb::arg("why"),
+           "Corrects rows (by id) judged against a reference later out-voted: `ok` rows of now_wrong "
+           "become `wrong` (error `why`, times unknown), `wrong` rows of withdrawn are deleted; one "
+           "transaction. Returns the rows changed.")
       .def("set_reference", [](Store& s, const nb::dict& problem, const std::string& name, double ms, double flops,
                                double bytes) { s.SetReference(ToProblem(problem), Reference{name, ms, flops, bytes}); })
       .def("problems", [](const Store& s) {

@@ -220,6 +220,8 @@ class SessionResult:
     static: bool = False
     split_s: dict[str, float] = field(default_factory=dict)
     copied_from: dict[tuple, dict] = field(default_factory=dict)  # Copied config (sorted items) → its leader.
+    # Config (sorted items) → the ids of the store rows the session added for it (Store.rejudge).
+    stored_rows: dict[tuple, list[int]] = field(default_factory=dict)
 
     @property
     def evaluations(self) -> int:
@@ -322,7 +324,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     from . import _core
 
     result = SessionResult(static=static is not None)
-    writer = _StoreWriter(store, problem)
+    writer = _StoreWriter(store, problem, result.stored_rows)
     if prefetch is None:
         prefetch = strategy in NEIGHBOUR_STRATEGIES
     by_binary: dict[Hashable, tuple[dict, dict]] = {}  # Binary (and launch) → (config, measurement).
@@ -545,10 +547,11 @@ class _StoreWriter:
     end: a store that fails never ends the session nor loses what it measured, and what could not
     be written in the end is said once, with the reason."""
 
-    def __init__(self, store, problem: Mapping[str, Any]) -> None:
+    def __init__(self, store, problem: Mapping[str, Any], ids: dict[tuple, list[int]] | None = None) -> None:
         self.store, self.problem = store, problem
         self.pending: list[tuple] = []
         self.error: OSError | None = None
+        self.ids = ids if ids is not None else {}  # Config (sorted items) → the ids of the rows written.
 
     def add(self, problem: dict, config: dict, measurement: dict, source: str) -> None:
         self.pending.append((problem, config, measurement, source))
@@ -557,11 +560,11 @@ class _StoreWriter:
     def _flush(self) -> None:
         while self.pending:
             try:
-                self.store.add(*self.pending[0])
+                row = self.store.add(*self.pending[0])
             except OSError as error:
                 self.error = error
                 return
-            self.pending.pop(0)
+            self.ids.setdefault(_key(self.pending.pop(0)[1]), []).append(row)
 
     def close(self) -> None:
         self._flush()

@@ -869,10 +869,12 @@ class TunedKernel(TritonAutotuner):
                                    "times them.")
                         attempts.append((False, references))
                         continue
-                    elected = self._elect(votes, session, key) if job.vote else None
-                    if elected is not None and len(attempts) < 3:
+                    vote = self._elect(votes, session, key) if job.vote else None
+                    if vote is not None and len(attempts) < 3:
                         # Most configs agree on another result than the first config that ran: that one
                         # was wrong, and the configs judged by it must be measured again.
+                        elected, right, wrong = vote
+                        self._correct_stored(store, session, right, wrong, key)
                         attempts.append((True, [{**elected, "__grid__": grid_of(elected)} if isolate else elected]))
                         continue
                     sessions.append(session)
@@ -930,12 +932,13 @@ class TunedKernel(TritonAutotuner):
         self.tuning_s += time.perf_counter() - started
         return session.best_config
 
-    def _elect(self, votes: dict, session, key: tuple) -> dict | None:
+    def _elect(self, votes: dict, session, key: tuple) -> tuple[dict, set, set] | None:
         """With no reference, the configs' results put to a vote (issue 9): None when the first
-        config that ran (the reference so far) has the most configs on its side; the first config
-        of the larger group when another result has more; a clear error when two results have as
-        many. Configs that left elements the reference wrote unwritten, or failed, do not vote; a
-        config that compiled to the binary of another votes as that one."""
+        config that ran (the reference so far) has the most configs on its side; when another
+        result has more, the first config of the larger group, with the keys of the configs that
+        computed that result and of those that computed another; a clear error when two results
+        have as many. Configs that left elements the reference wrote unwritten, or failed, do not
+        vote; a config that compiled to the binary of another votes as that one."""
         votes = dict(votes)
         for config, m, _ in session.history:
             leader = votes.get(config_key(session.copied_from.get(config_key(config), {})))
@@ -960,7 +963,26 @@ class TunedKernel(TritonAutotuner):
         self._note(f"{self.__name__}: for key {key}, {len(groups[0])} configs agree on one result and "
                    f"{len(groups[ours])} (the first config that ran among them) on another; the majority's is taken "
                    f"as the reference and the configs are measured again against {json.dumps(winner, sort_keys=True)}.")
-        return winner
+        right = {config_key(c) for c, _, _ in groups[0]}
+        return winner, right, {config_key(c) for g in groups[1:] for c, _, _ in g}
+
+    def _correct_stored(self, store, session, right: set, wrong: set, key: tuple) -> None:
+        """Corrects what an out-voted session stored: it judged every config against a wrong
+        result, so its `ok` rows of configs that computed another result than the majority's are
+        wrong, and its `wrong` rows of configs that computed the majority's (rows without a time:
+        their verdict was all they held) are withdrawn. The search judged by the majority measures
+        them again."""
+        def rows(keys: set) -> list[int]:
+            return [i for k in keys for i in session.stored_rows.get(k, ()) if isinstance(i, int)]
+
+        why = (f"its result differs from the one most configs computed ({len(right)} configs agree on it); "
+               "it passed the check only against the first config that ran, which the other configs out-voted")
+        try:
+            store.rejudge(rows(wrong), rows(right), why)
+        except OSError as error:
+            self._note(f"{self.__name__}: the rows stored for key {key} by the search judged against the out-voted "
+                       f"first config could not be corrected ({error}); the store may call right configs wrong "
+                       "and the out-voted ones ok")
 
     def _phase(self, name: str, since: float) -> float:
         now = time.perf_counter()

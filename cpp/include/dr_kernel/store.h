@@ -72,11 +72,23 @@ class Store {
   int64_t AddProblem(const Problem& problem);
   // Sets (or replaces) the reference time of a problem, adding the problem if needed.
   void SetReference(const Problem& problem, const Reference& reference);
-  // Adds one measurement of a config of the problem. `source` says where it came from: "gpu",
-  // "replay", a file name. Every call adds a row, even for a config measured before.
-  void Add(const Problem& problem, const TableRow& row, const std::string& source);
-  // Adds measurements of one problem in one transaction: all of them or, on an error, none.
-  void AddBatch(const Problem& problem, const std::vector<TableRow>& rows, const std::string& source);
+  // Adds one measurement of a config of the problem and returns its row's id. `source` says where it
+  // came from: "gpu", "replay", a file name. Every call adds a row, even for a config measured before.
+  int64_t Add(const Problem& problem, const TableRow& row, const std::string& source);
+  // Adds measurements of one problem in one transaction: all of them or, on an error, none. Returns
+  // their rows' ids, in order.
+  std::vector<int64_t> AddBatch(const Problem& problem, const std::vector<TableRow>& rows,
+                                const std::string& source);
+  // Corrects rows added before (by their ids) whose correctness check was made against a reference
+  // later found wrong: with no reference given, the first config that runs is the reference, and when
+  // most configs' results out-vote it the tuning is done again against theirs (issue 9). The rows of
+  // `now_wrong` passed that false check: each `ok` one becomes `wrong`, `why` its error, its times and
+  // relative error unknown (they were of a wrong result). The rows of `withdrawn` failed it: each
+  // `wrong` one is deleted, since its verdict was false and a `wrong` row holds no time, so nothing
+  // true of it is left. A row of another status is left as it is. One transaction: another process
+  // sees every correction or none. Returns how many rows were changed or deleted.
+  int64_t Rejudge(const std::vector<int64_t>& now_wrong, const std::vector<int64_t>& withdrawn,
+                  const std::string& why);
 
   // Every problem in the store, in the order they were added.
   std::vector<Problem> Problems() const;

@@ -317,14 +317,17 @@ void PutReference(sqlite3* db, const std::string& path, int64_t problem_id, cons
   put.Run();
 }
 
-// Adds the rows of one problem with one prepared statement, inside the caller's write transaction.
-void InsertRows(sqlite3* db, const std::string& path, const Problem& problem, int64_t problem_id,
-                const std::vector<TableRow>& rows, const std::string& source) {
+// Adds the rows of one problem with one prepared statement, inside the caller's write transaction,
+// and returns their ids in the order of `rows`.
+std::vector<int64_t> InsertRows(sqlite3* db, const std::string& path, const Problem& problem, int64_t problem_id,
+                                const std::vector<TableRow>& rows, const std::string& source) {
   Statement insert(db, path,
                    std::string("INSERT INTO measurements (problem_id, ") + kRowColumns +
                        ", source, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    "adding a measurement");
   const double now = NowSeconds();
+  std::vector<int64_t> ids;
+  ids.reserve(rows.size());
   for (const auto& row : rows) {
     if (row.config.empty())
       throw StoreError(path + ": a measurement of '" + problem.Label() +
@@ -348,7 +351,9 @@ void InsertRows(sqlite3* db, const std::string& path, const Problem& problem, in
     insert.Bind(16, source);
     insert.Bind(17, now);
     insert.Run();
+    ids.push_back(sqlite3_last_insert_rowid(db));
   }
+  return ids;
 }
 
 NamedValues ParseStoredJson(const std::string& path, const std::string& text, const std::string& what) {
@@ -524,14 +529,46 @@ void Store::SetReference(const Problem& problem, const Reference& reference) {
   tx.Commit();
 }
 
-void Store::Add(const Problem& problem, const TableRow& row, const std::string& source) {
-  AddBatch(problem, {row}, source);
+int64_t Store::Add(const Problem& problem, const TableRow& row, const std::string& source) {
+  return AddBatch(problem, {row}, source).front();
 }
 
-void Store::AddBatch(const Problem& problem, const std::vector<TableRow>& rows, const std::string& source) {
+std::vector<int64_t> Store::AddBatch(const Problem& problem, const std::vector<TableRow>& rows,
+                                     const std::string& source) {
   Transaction tx(db_.get(), path_, Transaction::Kind::kWrite, "adding measurements");
-  InsertRows(db_.get(), path_, problem, ProblemId(db_.get(), path_, problem, /*add=*/true), rows, source);
+  auto ids = InsertRows(db_.get(), path_, problem, ProblemId(db_.get(), path_, problem, /*add=*/true), rows, source);
   tx.Commit();
+  return ids;
+}
+
+int64_t Store::Rejudge(const std::vector<int64_t>& now_wrong, const std::vector<int64_t>& withdrawn,
+                       const std::string& why) {
+  if (now_wrong.empty() && withdrawn.empty()) return 0;
+  Transaction tx(db_.get(), path_, Transaction::Kind::kWrite, "correcting measurements");
+  int64_t changed = 0;
+  {
+    Statement wrong(db_.get(), path_,
+                    "UPDATE measurements SET status = 'wrong', ms = NULL, ms_p20 = NULL, ms_p80 = NULL, "
+                    "relerr = NULL, error = ? WHERE id = ? AND status = 'ok'",
+                    "correcting measurements");
+    for (const int64_t id : now_wrong) {
+      wrong.BindOptional(1, why);
+      wrong.Bind(2, id);
+      wrong.Run();
+      changed += sqlite3_changes(db_.get());
+    }
+  }
+  {
+    Statement drop(db_.get(), path_, "DELETE FROM measurements WHERE id = ? AND status = 'wrong'",
+                   "correcting measurements");
+    for (const int64_t id : withdrawn) {
+      drop.Bind(1, id);
+      drop.Run();
+      changed += sqlite3_changes(db_.get());
+    }
+  }
+  tx.Commit();
+  return changed;
 }
 
 std::vector<Problem> Store::Problems() const {

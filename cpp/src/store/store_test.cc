@@ -254,6 +254,47 @@ TEST_F(StoreTest, BatchIsAllOrNothing) {
   EXPECT_EQ(store.Count(), 1);
 }
 
+TEST_F(StoreTest, RejudgedRowsSayWhatTheCorrectReferenceSays) {
+  // A session judged by a wrong reference stored a wrong config as ok and a right one as wrong;
+  // once the vote finds it out, the first becomes wrong and the second's false verdict goes.
+  Store store(path_);
+  const Problem problem = SoftmaxProblem();
+  TableRow judged_wrong;
+  judged_wrong.config = OkRow(512, 0.0).config;
+  judged_wrong.measurement.status = Status::kWrong;
+  judged_wrong.measurement.relerr = 0.5;
+  judged_wrong.measurement.error = "out differs from the reference";
+  TableRow crashed;
+  crashed.config = OkRow(2048, 0.0).config;
+  crashed.measurement.status = Status::kCrashed;
+  const auto ids = store.AddBatch(problem, {OkRow(256, 0.03), judged_wrong, crashed}, "gpu");
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_TRUE(ids[0] < ids[1] && ids[1] < ids[2]);
+  const int64_t other = store.Add(problem, OkRow(1024, 0.04), "gpu");
+  EXPECT_GT(other, ids[2]);
+
+  // Ids of rows whose status is not the one corrected are skipped: the crash stays a crash, and a
+  // wrong row is never deleted by way of the first list nor an ok row by way of the second.
+  EXPECT_EQ(store.Rejudge({ids[0], ids[2]}, {ids[1], other}, "outvoted"), 2);
+  const auto rows = store.Rows(problem);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].config, OkRow(256, 0.0).config);
+  EXPECT_EQ(rows[0].measurement.status, Status::kWrong);
+  EXPECT_EQ(rows[0].measurement.error, "outvoted");
+  EXPECT_TRUE(std::isnan(rows[0].measurement.ms) && std::isnan(rows[0].measurement.ms_p20) &&
+              std::isnan(rows[0].measurement.relerr));
+  EXPECT_EQ(rows[0].measurement.compile_s, 0.5);  // What was not of the verdict stays.
+  EXPECT_EQ(rows[1].measurement.status, Status::kCrashed);
+  ExpectSameRow(OkRow(1024, 0.04), rows[2], "untouched");
+  // Replay and the winners read the corrected rows: the export holds them.
+  const auto exported = store.Export();
+  ASSERT_EQ(exported.size(), 1u);
+  EXPECT_EQ(exported[0].rows.size(), 3u);
+  EXPECT_EQ(exported[0].rows[0].measurement.status, Status::kWrong);
+  EXPECT_EQ(store.Rejudge({}, {}, "nothing"), 0);
+  EXPECT_EQ(store.Rejudge({ids[0]}, {ids[1]}, "again"), 0);  // Done once: nothing is left to correct.
+}
+
 TEST_F(StoreTest, SoftmaxTableRoundTripsThroughExport) {
   const auto original = ReadTables({DR_KERNEL_DATA_DIR "/softmax.jsonl"});
   ASSERT_EQ(original.size(), 1u);
