@@ -107,3 +107,43 @@ def test_evaluate_analyses_for_the_named_device(capsys):
     assert capsys.readouterr().err.strip() == (
         "dr-kernel evaluate: --device: no limits are known for the device 'pascal'; use one of h200, sm_90, a100, "
         "sm_80, l40s, sm_89, b200, sm_100.")
+
+
+def test_each_target_holds_its_memory_and_evaluate_refuses_a_problem_too_large_for_it(capsys, monkeypatch):
+    # Issue 9, point 5, without a GPU: a shape no such GPU can hold gets one line, not an analysis.
+    assert H200.memory_bytes == 150_109_880_320  # torch's total_memory on the project's H200.
+    assert L40S.memory_bytes < A100.memory_bytes == 80 * 2**30 < H200.memory_bytes < B200.memory_bytes
+    softmax = '{"BLOCK": 1024, "num_warps": 4, "num_stages": 1}'
+    big = ["evaluate", "--kernel", "softmax", "--shape", "rows=100000,cols=250000", "--config", softmax, "--json"]
+    for device in ("a100", "l40s"):
+        assert cli.main([*big, "--device", device]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err
+        assert err == (f"dr-kernel evaluate: --shape rows=100000,cols=250000: its tensors take at least 100 GB, "
+                       f"more than the memory of the {named_limits(device).name} "
+                       f"({named_limits(device).memory_bytes / 1e9:.0f} GB); give a smaller --shape")
+    # 100 GB fit on the H200 (the default) and the B200: their analysis is given.
+    for device in ([], ["--device", "b200"]):
+        assert cli.main([*big, *device]) == 0
+        assert json.loads(capsys.readouterr().out)["measured"] is False
+    assert cli.main(["evaluate", "--kernel", "matmul", "--shape", "M=1000000,N=1000000,K=1000000", "--config",
+                     json.dumps(DEEP_PIPELINE)]) == 2
+    assert "6,000 GB, more than the memory of the NVIDIA H200 (150 GB)" in capsys.readouterr().err
+
+    # On a GPU, the device's own total: an H200 of another size, and a GPU no table knows.
+    from types import SimpleNamespace
+
+    import torch
+    from dr_kernel.analysis import device_limits
+
+    def props(name, major, minor, memory):
+        return SimpleNamespace(name=name, major=major, minor=minor, multi_processor_count=132, total_memory=memory)
+
+    for name, arch, memory in (("NVIDIA H200", (9, 0), H200.memory_bytes), ("NVIDIA H200 NVL", (9, 0), 149 * 10**9),
+                               ("NVIDIA A100-SXM4-40GB", (8, 0), 40 * 2**30), ("NVIDIA H100 80GB HBM3", (9, 0),
+                                                                               85 * 10**9)):
+        given = props(name, *arch, memory)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _d, given=given: given)
+        limits = device_limits(0)
+        assert limits.memory_bytes == memory and limits.name == name.removesuffix(" NVL")
+    assert limits.arch == 90 and limits.peak_gbps == 0  # The H100: its own figures, peaks unknown.

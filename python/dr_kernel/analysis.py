@@ -143,6 +143,10 @@ class DeviceLimits:
     peak_tflops_fp8: float = 1979.0
     peak_tflops_fp32: float = 67.0
     peak_gbps: float = 4800.0
+    # Global memory in bytes, for refusing a problem whose tensors cannot fit (0: unknown). On a
+    # visible GPU it is torch's total_memory; the H200's figure is that, read on the project's
+    # H200 (nvidia-smi says 143771 MiB there: the driver keeps the rest).
+    memory_bytes: int = 150_109_880_320
 
     def target(self):
         """Returns the Triton compile target for this device."""
@@ -165,14 +169,18 @@ H200 = DeviceLimits()
 # occupancy-calculator values for each compute capability (CUDA C++ Programming Guide, "Technical
 # Specifications per Compute Capability") and the SM counts and peaks of NVIDIA's data sheets
 # (dense tensor-core rates, i.e. without 2:4 sparsity). Every one of them reserves 1 KB of shared
-# memory per block, as sm_90 does.
+# memory per block, as sm_90 does. Their memory is nvidia-smi's memory.total for each model as
+# published by its users (A100-SXM4-80GB 81920 MiB, L40S 46068 MiB, B200 183359 MiB; the data
+# sheets say 80, 48 and 180 GB; none was read here): a little more than a program can allocate
+# (on the H200 torch's total is 143156 MiB of nvidia-smi's 143771), so a problem refused for one
+# of them cannot fit, and one just below may not either.
 A100 = DeviceLimits(
     name="NVIDIA A100-SXM4-80GB", arch=80, sm_count=108,
     # 164 KB per SM; a block may opt in to 163 KB of it.
     shared_per_sm=167936, shared_per_block=166912,
     peak_tflops_fp16=312.0, peak_tflops_bf16=312.0, peak_tflops_tf32=156.0, peak_tflops_fp32=19.5,
     peak_tflops_fp8=0.0,
-    peak_gbps=2039.0)
+    peak_gbps=2039.0, memory_bytes=81920 * 2**20)
 L40S = DeviceLimits(
     name="NVIDIA L40S", arch=89, sm_count=142,
     # Ada: 100 KB per SM, 99 KB per block; 1536 threads (48 warps) and 24 blocks per SM.
@@ -180,14 +188,14 @@ L40S = DeviceLimits(
     max_blocks_per_sm=24,
     peak_tflops_fp16=362.0, peak_tflops_bf16=362.0, peak_tflops_tf32=183.0, peak_tflops_fp32=91.6,
     peak_tflops_fp8=733.0,
-    peak_gbps=864.0)
+    peak_gbps=864.0, memory_bytes=46068 * 2**20)
 B200 = DeviceLimits(
     name="NVIDIA B200", arch=100, sm_count=148,
     # Blackwell keeps Hopper's 228 KB per SM and 227 KB per block.
     shared_per_sm=233472, shared_per_block=232448,
     peak_tflops_fp16=2250.0, peak_tflops_bf16=2250.0, peak_tflops_tf32=1125.0, peak_tflops_fp32=75.0,
     peak_tflops_fp8=4500.0,
-    peak_gbps=8000.0)
+    peak_gbps=8000.0, memory_bytes=183359 * 2**20)
 
 # The devices `named_limits` knows, by the names a user types: the model and its architecture.
 KNOWN_DEVICES: dict[str, DeviceLimits] = {
@@ -215,18 +223,21 @@ def device_limits(device: Any = 0) -> DeviceLimits:
     L40S or B200 gets that model's constants (peaks included) under its own name. Other devices
     get their own compute capability, SM count, shared memory, registers and threads; what torch
     does not report keeps the sm_90 value, and the peak figures are 0 (unknown) because no API tells them.
+    Every device's memory is its own total_memory.
     """
     import torch
 
     props = torch.cuda.get_device_properties(device)
+    memory = props.total_memory if isinstance(getattr(props, "total_memory", None), int) else 0
     if "H200" in props.name:
-        return H200
+        return H200 if memory in (0, H200.memory_bytes) else replace(H200, memory_bytes=memory)
     arch = props.major * 10 + props.minor
     for limits in (A100, L40S, B200):
         # Other variants of a model (an A100 with 40 GB, a PCIe card) differ in bandwidth or clocks.
         if limits.name.removeprefix("NVIDIA ") in props.name and arch == limits.arch:
-            return replace(limits, name=props.name, sm_count=props.multi_processor_count)
-    fields = {"name": props.name, "arch": arch, "sm_count": props.multi_processor_count,
+            return replace(limits, name=props.name, sm_count=props.multi_processor_count,
+                           memory_bytes=memory or limits.memory_bytes)
+    fields = {"name": props.name, "arch": arch, "sm_count": props.multi_processor_count, "memory_bytes": memory,
               "peak_tflops_fp16": 0.0, "peak_tflops_bf16": 0.0, "peak_tflops_tf32": 0.0, "peak_tflops_fp32": 0.0,
               "peak_tflops_fp8": 0.0, "peak_gbps": 0.0}
     for ours, theirs in (("warp_size", "warp_size"), ("registers_per_sm", "regs_per_multiprocessor"),

@@ -209,23 +209,29 @@ def _named_limits(name: str):
         raise UsageError(f"--device: {e}") from None
 
 
-def _memory_bytes(interpret: bool) -> int:
-    """The memory a measured problem's tensors live in: this machine's (interpreter) or the GPU's."""
-    if interpret:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    import torch
-
-    return torch.cuda.get_device_properties(0).total_memory
+def _machine_memory_bytes() -> int:
+    """This machine's memory, where the interpreter's problems live."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _check_size(kernel, shape: dict, dtype: str, interpret: bool, measuring: bool = True) -> None:
-    """Refuses a problem to be measured whose tensors exceed the memory that would hold them, and
-    notes a large one for the interpreter."""
-    if measuring and kernel.bytes(shape, dtype) > _memory_bytes(interpret):
-        where = "this machine's memory" if interpret else "the GPU's memory"
-        raise UsageError(f"--shape {','.join(f'{k}={v}' for k, v in shape.items())}: its tensors take at least "
-                         f"{kernel.bytes(shape, dtype) / 1e9:,.0f} GB, more than {where} "
-                         f"({_memory_bytes(interpret) / 1e9:,.0f} GB); give a smaller --shape")
+def _check_size(kernel, shape: dict, dtype: str, interpret: bool, measuring: bool = True, limits=None) -> None:
+    """Refuses a problem whose tensors exceed the memory that would hold them: this machine's
+    when it is measured in the interpreter, the GPU's (`limits`, the device it is analysed for or
+    measured on: default the visible GPU's, or the H200's under the interpreter) in any case, since
+    no such GPU could run it. Notes a large problem for the interpreter."""
+    need = kernel.bytes(shape, dtype)
+    written = ",".join(f"{k}={v}" for k, v in shape.items())
+
+    def refuse(where: str, have: int) -> None:
+        raise UsageError(f"--shape {written}: its tensors take at least {need / 1e9:,.0f} GB, more than {where} "
+                         f"({have / 1e9:,.0f} GB); give a smaller --shape")
+
+    if measuring and interpret and need > _machine_memory_bytes():
+        refuse("this machine's memory", _machine_memory_bytes())
+    if limits is None:
+        limits = _limits(not interpret)
+    if limits.memory_bytes and need > limits.memory_bytes:
+        refuse(f"the memory of the {limits.name}", limits.memory_bytes)
     # The interpreter runs a kernel as NumPy on the CPU, program by program: slow beyond toy sizes.
     if interpret and kernel.flops(shape) > 1e7:
         print(f"note: {kernel.name} {shape} has {kernel.flops(shape):.2g} FLOPs, a lot for Triton's interpreter; "

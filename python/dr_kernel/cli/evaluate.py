@@ -38,7 +38,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             print(f"note: the visible GPU is not a {limits.name}: static analysis only", file=sys.stderr)
     # The device as this process names it; measuring workers name GPUs by their visible ids.
     device = "cpu" if args.interpret else "cuda:0" if gpu else None
-    _check_size(kernel, shape, dtype, args.interpret, measuring=device is not None)
+    _check_size(kernel, shape, dtype, args.interpret, measuring=device is not None, limits=limits)
     with CompilePool(workers=1, timeout_s=args.timeout) as pool:
         report = pool.map([CompileRequest(kernel.name, config, shape, dtype, limits)])[0]
     flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
