@@ -583,3 +583,24 @@ class CompilePool:
             self.close()
             raise RuntimeError(f"compile workers keep failing to start (the last one {what}); check that "
                                "`import triton` works and that the task is importable at module level.")
+
+
+# ----- where a process's compiles run --------------------------------------------------------------
+
+# A process may send its compiles elsewhere than to a pool of its own: a tune-many worker on Ray
+# sends them as tasks to the cluster's CPU workers (distributed.py). Tuning sessions and sweeps
+# take their pool from make_pool(), which builds a CompilePool unless a factory was installed.
+_FACTORY: list[Callable[..., Any]] = []
+
+
+def use_pool_factory(factory: Callable[..., Any] | None) -> None:
+    """Makes make_pool() call `factory(workers=, timeout_s=, fork=)` from now on (None: CompilePool
+    again). The factory's pools must have CompilePool's submit/poll/cancel/prioritise/run/close."""
+    _FACTORY[:] = [factory] if factory is not None else []
+
+
+def make_pool(workers: int | None = None, timeout_s: float = 120.0, fork: bool = False) -> Any:
+    """A compile pool for a session or a sweep: a CompilePool, or what use_pool_factory() installed."""
+    if _FACTORY:
+        return _FACTORY[0](workers=workers, timeout_s=timeout_s, fork=fork)
+    return CompilePool(workers=workers, timeout_s=timeout_s, fork=fork)

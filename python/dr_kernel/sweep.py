@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import H200, DeviceLimits
-from .compile_pool import CompilePool, CompileRequest
+from .compile_pool import CompileRequest, make_pool
 from .session import builtin_problem, compile_workers, device_name, measurable, refusal, static_fields
 
 # Field order of a measure row, as in the recorded tables.
@@ -266,7 +266,7 @@ def _record_all(kernel, shape, dtype, todo, record, limits, devices, settings, c
     thread = threading.Thread(target=measurer, args=(pool,), daemon=True)
     thread.start()
     try:
-        with CompilePool(workers=workers or compile_workers(len(devices)), timeout_s=compile_timeout_s) as compiler:
+        with make_pool(workers=workers or compile_workers(len(devices)), timeout_s=compile_timeout_s) as compiler:
             requests = [CompileRequest(kernel.name, c, dict(shape), dtype, limits) for c in todo]
             for index, report in compiler.run(requests):
                 if failure:

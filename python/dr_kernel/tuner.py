@@ -289,15 +289,15 @@ _SHARED_POOL: list = []
 def shared_compile_pool(timeout_s: float):
     """One CompilePool for the whole process: its workers start once (importing Triton and the
     user's modules costs seconds) and serve every kernel and key."""
-    from .compile_pool import CompilePool, fork_workers
+    from .compile_pool import fork_workers, make_pool
     from .session import compile_workers
 
     with _POOL_LOCK:
         if not _SHARED_POOL or _SHARED_POOL[0].timeout_s != timeout_s:
             if _SHARED_POOL:
                 _SHARED_POOL.pop().close()
-            _SHARED_POOL.append(CompilePool(workers=compile_workers(len(visible_devices())), timeout_s=timeout_s,
-                                            fork=fork_workers()))
+            _SHARED_POOL.append(make_pool(workers=compile_workers(len(visible_devices())), timeout_s=timeout_s,
+                                          fork=fork_workers()))
         return _SHARED_POOL[0]
 
 
