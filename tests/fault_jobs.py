@@ -14,9 +14,10 @@ from dr_kernel.measure import Job
 @dataclass
 class FaultyJob(Job):
     """y = 2x for config X; X names a fault: 0-3 are correct (X=0 fastest, each step 2 ms slower),
-    "hang" never returns, "segv" and "abort" kill the process (what an illegal address does to a
-    CUDA process), "nan" writes NaN, "noisy" writes a different wrong answer at every launch,
-    "jitter" a different right one (within rounding) at every launch."""
+    "hang" never returns, "segv" and "abort" kill the process, "sticky" raises CUDA's
+    illegal-address error at that launch and every later one in the process (what an illegal
+    address did to a measuring process on the H200), "nan" writes NaN, "noisy" writes a
+    different wrong answer at every launch, "jitter" a different right one (within rounding) at every launch."""
 
     n: int = 4096
 
@@ -37,6 +38,10 @@ class FaultyJob(Job):
             ctypes.string_at(0)
         elif fault == "abort":
             os.abort()
+        elif fault == "sticky" or state.get("sticky"):
+            # What an illegal address does to a CUDA context: this launch and every later one fail.
+            state["sticky"] = True
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
         elif fault == "nan":
             y.fill_(float("nan"))
         elif fault == "noisy":

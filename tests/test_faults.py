@@ -52,6 +52,32 @@ def test_a_session_survives_every_kind_of_bad_config_and_a_rerun_measures_nothin
     assert asked == [] and again.best_config == result.best_config and len(store.rows(PROBLEM)) == len(FAULTS)
 
 
+def test_an_illegal_address_costs_its_config_and_its_process_not_the_configs_measured_after_it(tmp_path):
+    # Seen on the H200: after an illegal address every later launch in the measuring process
+    # failed with the same error, and three good configs were stored as launch errors.
+    store = open_store(tmp_path / "r.db")
+    space = make_space({"X": ["1", "sticky", "0", "2"]})
+    with MeasurePool(FaultyJob(), ["cpu"], MeasureSettings(reps=3, confirm=0)) as pool:
+        result = run_session(PROBLEM, space, pool.measure, strategy="exhaustive", max_evals=4, store=store)
+        assert pool.restarts == 1
+    status = {c["X"]: m["status"] for c, m, _ in result.history}
+    assert status == {"1": "ok", "sticky": "crashed", "0": "ok", "2": "ok"}
+    error = next(m["error"] for c, m, _ in result.history if c["X"] == "sticky")
+    assert "illegal memory access" in error and "restarted" in error
+    assert result.best_config == {"X": "0"}
+
+
+def test_an_illegal_address_measured_in_the_tuning_process_stops_the_tuning_with_one_clear_error(tmp_path):
+    from dr_kernel.measure import ContextLost, in_process
+
+    store, job = open_store(tmp_path / "r.db"), FaultyJob()
+    measure = in_process(job, job.setup("cpu"), MeasureSettings(reps=3, confirm=0), "cpu")
+    with pytest.raises(ContextLost, match="isolate=True"):
+        run_session(PROBLEM, make_space({"X": ["1", "sticky", "0"]}), measure, strategy="exhaustive", max_evals=3,
+                    store=store, in_process=True)
+    assert [c["X"] for c, _ in store.rows(PROBLEM)] == ["1"]  # What was measured before it is kept.
+
+
 # A tuning process for the SIGKILL tests: 12 configs of 0.2 s each, exhaustive, into one store,
 # going on from what the store holds. It prints how many configs it measured itself.
 TUNING_SCRIPT = textwrap.dedent("""

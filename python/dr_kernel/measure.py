@@ -35,6 +35,17 @@ from typing import Any
 from .checking import classify
 from .spawning import START_LOCK
 
+# CUDA errors after which a process's context fails every later call (CUDA's "sticky" errors):
+# a measuring process that met one is restarted, and the config that caused it is crashed.
+STICKY_CUDA_ERRORS = ("illegal memory access", "illegal address", "unspecified launch failure", "illegal instruction",
+                      "misaligned address", "device-side assert", "invalid program counter", "hardware stack error",
+                      "uncorrectable ecc", "launch timed out", "cudaerrorlaunchfailure")
+
+
+def ruins_context(error: str) -> bool:
+    lowered = error.lower()
+    return any(text in lowered for text in STICKY_CUDA_ERRORS)
+
 
 @dataclass
 class MeasureSettings:
@@ -283,12 +294,21 @@ def in_process(job: Job, state: Any, settings: MeasureSettings, device: str, do_
             checked = not isinstance(state, dict) or state.get("checked", True)  # A KernelJob may time unchecked.
             if reference[0] is None and outs is not None and checked:
                 reference[0] = outs
+            if ruins_context(str(result.get("error", ""))):
+                raise ContextLost(f"config {config} failed with an error that leaves this process's CUDA context "
+                                  f"unusable ({str(result['error'])[:300]}); measured in this process, the tuning "
+                                  "cannot go on: measure in isolation (isolate=True, the kernel in a module) so that "
+                                  "such a config costs only its measuring process")
             if result["status"] == "ok":
                 best_ms = min(best_ms, result["ms"])
             out.append((result, time.perf_counter() - start))
         return out
 
     return measure
+
+
+class ContextLost(RuntimeError):
+    """A config measured in the tuning process broke its CUDA context (an illegal address)."""
 
 
 def _child_entry(fd: int) -> None:
@@ -548,7 +568,16 @@ class MeasurePool:
         worker.conn.send(("measure", config, best_ms))
         kind, payload = self._receive(worker, self.settings.timeout_s)
         if kind == "result":
-            if payload[0].get("status") in ("launch_error", "crashed") or "CUDA" in str(payload[0].get("error", "")):
+            error = str(payload[0].get("error", ""))
+            if ruins_context(error):
+                # Found on the H200: after an illegal address every later launch in the process
+                # fails with the same error, so the config is to blame and the process is spent.
+                self._kill(worker)
+                worker.restarts += 1
+                return {**payload[0], "status": "crashed",
+                        "error": f"{error} (such an error leaves its CUDA context unusable: the measuring process "
+                                 "was restarted)"}, payload[1]
+            if payload[0].get("status") in ("launch_error", "crashed") or "CUDA" in error:
                 worker.tainted = True
             return payload
         # The process died (a crash in the kernel) or hung: this config is to blame. Restart lazily.
