@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, library, retune, splitk, sweeps-a, sweeps-b
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, profile, retune, splitk, sweeps-a, sweeps-b
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
@@ -65,6 +65,30 @@ for step in "$@"; do
       DR_KERNEL_DB="$work/retune/run.db" PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 120 python3 benchmarks/retune_gpu.py \
         > "$work/retune/after.json" 2> "$work/retune/after.log"
       echo "retune after: rc $? after $(elapsed) s: $(tail -c 400 "$work/retune/after.json")"
+      pack ;;
+    faults)  # Issue 9: an illegal address, a hung kernel and NaN in one tuning; then a second process.
+      mkdir -p "$work/faults"
+      for run in 1 2; do
+        DR_KERNEL_DB="$work/faults/faults.db" PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 150 python3 benchmarks/gpu_faults.py \
+          > "$work/faults/run$run.json" 2> "$work/faults/run$run.log"
+        echo "faults run $run: rc $? after $(elapsed) s: $(tail -c 900 "$work/faults/run$run.json")"; tail -3 "$work/faults/run$run.log"
+      done
+      pack ;;
+    ncu)  # Issue 12: Nsight Compute counters of the four first built-in kernels, raw reports kept.
+      timeout -k 10 300 python3 benchmarks/ncu_builtins.py --out "$work/ncu" > "$work/ncu.log" 2>&1
+      echo "ncu: rc $? after $(elapsed) s"; tail -c 3000 "$work/ncu.log"
+      pack ;;
+    profile)  # Issue 12: `dr-kernel evaluate --profile` on the four first built-in kernels' best recorded configs.
+      mkdir -p "$work/profile"
+      for spec in 'matmul|{"BLOCK_M":128,"BLOCK_N":256,"BLOCK_K":64,"GROUP_M":8,"num_warps":8,"num_stages":3}' \
+                  'softmax|{"BLOCK":4096,"num_warps":8,"num_stages":1}' \
+                  'attention|{"BLOCK_M":128,"BLOCK_N":64,"num_warps":8,"num_stages":3}' \
+                  'rmsnorm|{"BLOCK":4096,"num_warps":8,"num_stages":1}'; do
+        k=${spec%%|*}
+        timeout -k 10 120 python3 -m dr_kernel.cli evaluate --kernel "$k" --config "${spec#*|}" --profile \
+          > "$work/profile/$k.txt" 2>&1
+        echo "profile $k: rc $? after $(elapsed) s"; cat "$work/profile/$k.txt"
+      done
       pack ;;
     splitk)  # SPLIT_K as a tuning axis on the deep-K and mid-size shapes, over a narrowed tile space.
       sk='{"BLOCK_M":[64,128],"BLOCK_N":[64,128],"BLOCK_K":[32,64,128],"GROUP_M":[8],"num_warps":[4,8],"num_stages":[3,4],"SPLIT_K":[1,2,4,8,16]}'

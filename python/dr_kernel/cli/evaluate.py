@@ -6,9 +6,11 @@ import argparse
 import json
 import sys
 
+from ..profiling import format_counters
 from . import common
 from .common import (
     INTERPRETER_NOTE,
+    UsageError,
     _builtin,
     _check_size,
     _kernel_arguments,
@@ -39,6 +41,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     # The device as this process names it; measuring workers name GPUs by their visible ids.
     device = "cpu" if args.interpret else "cuda:0" if gpu else None
     _check_size(kernel, shape, dtype, args.interpret, measuring=device is not None, limits=limits)
+    if args.profile:
+        from ..profiling import ProfileError, find_ncu
+
+        if device is None or args.interpret:
+            raise UsageError("--profile reads the counters of a launch on a GPU: it needs a visible GPU of the "
+                             "device analysed for, and no --interpret")
+        try:
+            find_ncu()
+        except ProfileError as error:
+            raise UsageError(str(error)) from None
     with CompilePool(workers=1, timeout_s=args.timeout) as pool:
         report = pool.map([CompileRequest(kernel.name, config, shape, dtype, limits)])[0]
     flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
@@ -70,6 +82,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 result.update(throughput(flops, moved, m["ms"], peak_tflops, peak_gbps))
             ref_ms = time_framework(kernel, shape, dtype, device, reps=settings.reps)
             result["reference"] = {"name": kernel.reference_name, "ms": ref_ms, "speedup": ref_ms / m["ms"]}
+            if args.profile:
+                from ..profiling import ProfileError, profile
+
+                try:
+                    result["counters"] = profile(kernel.name, shape, dtype, config, timeout_s=args.timeout)
+                except ProfileError as error:
+                    result["counters"] = {"error": str(error)}
         else:
             result["valid"], result["reason"] = False, m.get("error") or m["status"]
         if args.interpret:
@@ -100,6 +119,8 @@ def _print_evaluation(r: dict) -> None:
               f"{r['reference']['ms']:.4f} ms (this config runs at {r['reference']['speedup']:.2f}x its speed)")
     elif r.get("measured"):
         print(f"  launch: {r['status']}: {r.get('error') or ''}")
+    if r.get("counters"):
+        print("  " + format_counters(r["counters"]))
     if r.get("note"):
         print(f"  note: {r['note']}")
 
@@ -114,5 +135,8 @@ def add_parser(sub) -> None:
                    help="also run it in Triton's interpreter on the CPU (small shapes; not GPU times)")
     p.add_argument("--device", help="analyse for this GPU instead of the visible one: h200, a100, l40s, b200 "
                    "(or sm_90, sm_80, sm_89, sm_100); timed only if it is the visible GPU's architecture")
+    p.add_argument("--profile", action="store_true",
+                   help="also read the launch's hardware counters with Nsight Compute (ncu): occupancy, L2 hit "
+                   "rate, DRAM and SM throughput, stall reasons (about 10 s)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with 'valid' and 'reason')")
     p.set_defaults(func=cmd_evaluate)

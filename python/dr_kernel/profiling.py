@@ -1,0 +1,177 @@
+"""Hardware counters of one config of a built-in kernel, read by Nsight Compute (`ncu`).
+
+`profile(kernel, shape, dtype, config)` runs this module as a program under `ncu`: the program
+builds the kernel's inputs on the GPU, launches the config `WARMUP` times (compiles, caches
+warm) and once more, and ncu reads the counters of that last launch only. ncu replays the
+launch once per group of counters, saving and restoring the memory it writes, so the kernel's
+results are not disturbed. `--clock-control none` leaves the GPU's clocks as they are (ncu
+would otherwise lock them to base clocks, and the counters would describe a slower GPU than
+the one timed).
+
+What is read (`METRICS`, `STALLS`): achieved and theoretical occupancy, L2 hit rate, DRAM and
+SM throughput as % of peak, the kernel's duration, and the stall reasons: for each reason the
+average number of warps stalled on it per issued instruction (ncu's WarpStateStats section).
+`parse_csv` reads ncu's `--page raw --csv` output; tests use a report recorded on the H200
+(tests/data/ncu_matmul_h200.csv).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+WARMUP = 2
+
+# Friendly name → ncu metric.
+METRICS = {
+    "duration_ns": "gpu__time_duration.sum",
+    "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "theoretical_occupancy_pct": "sm__maximum_warps_per_active_cycle_pct",
+    "l2_hit_rate_pct": "lts__t_sector_hit_rate.pct",
+    "dram_throughput_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm_throughput_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "registers_per_thread": "launch__registers_per_thread",
+}
+# ("selected", a warp issuing, is not a stall: ncu reports it as 1 per issue.)
+STALLS = ("long_scoreboard", "short_scoreboard", "barrier", "membar", "mio_throttle", "lg_throttle",
+          "math_pipe_throttle", "tex_throttle", "wait", "not_selected", "no_instruction",
+          "branch_resolving", "dispatch_stall", "drain", "imc_miss", "sleeping")
+
+
+def stall_metric(reason: str) -> str:
+    return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
+
+
+class ProfileError(RuntimeError):
+    """ncu is missing, cannot read the counters, or its report holds no launch of the kernel."""
+
+
+def find_ncu(ncu: str | None = None) -> str:
+    """The ncu executable: `ncu`, $DR_KERNEL_NCU, ncu on PATH, or Nsight Compute's usual places."""
+    candidates = [ncu, os.environ.get("DR_KERNEL_NCU"), shutil.which("ncu"), "/usr/local/cuda/bin/ncu"]
+    candidates += sorted((os.path.join("/opt/nvidia/nsight-compute", d, "ncu")
+                          for d in (os.listdir("/opt/nvidia/nsight-compute")
+                                    if os.path.isdir("/opt/nvidia/nsight-compute") else ())), reverse=True)
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise ProfileError("--profile needs Nsight Compute's ncu, which is not on PATH: install Nsight Compute "
+                       "(it comes with the CUDA toolkit) or set DR_KERNEL_NCU to the ncu executable")
+
+
+def _number(text: str) -> Any:
+    cleaned = text.strip().replace(",", "")
+    try:
+        return float(cleaned)
+    except ValueError:
+        return text.strip() or None
+
+
+def parse_csv(text: str) -> list[dict[str, Any]]:
+    """The launches of an `ncu --csv --page raw` report, each {column: value} with numbers as floats.
+
+    The report is a header line (`"ID","Process ID",...,"Kernel Name",...` then metric names), a
+    line of units, and one line per profiled launch; ncu's own messages (`==PROF==` lines) and
+    the program's output may come before it."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
+    if start is None:
+        raise ProfileError("the ncu report holds no table of launches (did ncu profile any kernel?)")
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    header, body = rows[0], rows[1:]
+    if body and not body[0][0].strip().isdigit():  # The units line.
+        body = body[1:]
+    return [{name: (_number(value) if name not in ("Kernel Name", "Process Name", "Host Name", "Device")
+                    else value) for name, value in zip(header, row, strict=False)}
+            for row in body if row and row[0].strip().isdigit()]
+
+
+def counters(launch: Mapping[str, Any]) -> dict[str, Any]:
+    """The friendly counters of one parsed launch: METRICS' names, and `stalls` (reason → warps
+    stalled per issued instruction) for the reasons ncu reported."""
+    out: dict[str, Any] = {"kernel": launch.get("Kernel Name")}
+    for name, metric in METRICS.items():
+        value = launch.get(metric)
+        if isinstance(value, float):
+            out[name] = value
+    stalls = {reason: launch[stall_metric(reason)] for reason in STALLS
+              if isinstance(launch.get(stall_metric(reason)), float)}
+    if stalls:
+        out["stalls"] = dict(sorted(stalls.items(), key=lambda kv: -kv[1]))
+    return out
+
+
+def format_counters(c: Mapping[str, Any]) -> str:
+    """One line for people: the four rates and the top three stall reasons."""
+    if "error" in c:
+        return f"counters: not read: {c['error']}"
+    parts = [f"{label} {c[name]:.0f} %" for name, label in (
+        ("achieved_occupancy_pct", "achieved occupancy"), ("l2_hit_rate_pct", "L2 hit rate"),
+        ("dram_throughput_pct", "DRAM throughput"), ("sm_throughput_pct", "SM throughput")) if name in c]
+    stalls = list(c.get("stalls", {}).items())[:3]
+    text = "counters (ncu): " + ", ".join(parts)
+    if stalls:
+        text += "; warps stalled per issue on " + ", ".join(f"{r.replace('_', ' ')} {v:.2f}" for r, v in stalls)
+    return text
+
+
+def profile(kernel: str, shape: Mapping[str, int], dtype: str, config: Mapping[str, Any], *,
+            ncu: str | None = None, timeout_s: float = 300.0, keep_report: str | None = None) -> dict[str, Any]:
+    """Counters of `config` of the built-in `kernel` on the visible GPU (see the module's doc)."""
+    from .kernels import get
+
+    builtin = get(kernel)
+    fn = builtin.fn_for(dict(config))
+    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", kernel)
+    metrics = [*METRICS.values(), *(stall_metric(r) for r in STALLS)]
+    target = json.dumps({"kernel": kernel, "shape": dict(shape), "dtype": dtype, "config": dict(config)})
+    with tempfile.TemporaryDirectory(prefix="dr_kernel_ncu_") as folder:
+        log = os.path.join(folder, "report.csv")
+        command = [find_ncu(ncu), "--csv", "--page", "raw", "--clock-control", "none", "--metrics", ",".join(metrics),
+                   "--kernel-name", f"regex:^{name}$", "--launch-skip", str(WARMUP), "--launch-count", "1",
+                   "--target-processes", "all", "--log-file", log, sys.executable, "-m", "dr_kernel.profiling", target]
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        except subprocess.TimeoutExpired:
+            raise ProfileError(f"ncu did not finish profiling {kernel} {dict(config)} in {timeout_s:g} s") from None
+        text = open(log).read() if os.path.exists(log) else ""
+        if keep_report:
+            with open(keep_report, "w") as f:
+                f.write(text)
+    if run.returncode != 0 and "ERR_NVGPUCTRPERM" in text + run.stderr:
+        raise ProfileError("ncu may not read the GPU's counters here (ERR_NVGPUCTRPERM): run as root or allow "
+                           "profiling (NVreg_RestrictProfilingToAdminUsers=0)")
+    try:
+        launches = [launch for launch in parse_csv(text) if launch.get("Kernel Name", "").startswith(name)]
+    except ProfileError:
+        launches = []
+    if not launches:
+        tail = (text + run.stderr + run.stdout)[-1500:]
+        raise ProfileError(f"ncu profiled no launch of {name} (exit code {run.returncode}):\n{tail}")
+    return counters(launches[-1])
+
+
+def _target(spec: Mapping[str, Any]) -> None:
+    """The profiled program: WARMUP + 1 launches of one config."""
+    import torch
+
+    from .kernels import get
+
+    kernel = get(spec["kernel"])
+    inputs = kernel.make_inputs(spec["shape"], spec["dtype"], "cuda")
+    for _ in range(WARMUP + 1):
+        kernel.launch(inputs, spec["config"])
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    _target(json.loads(sys.argv[1]))
