@@ -161,9 +161,11 @@ class SweepResult:
 def run_sweep(kernel, shape: Mapping[str, Any], dtype: str, out: Path, *, configs: Iterable[dict] | None = None,
               limit: int | None = None, interpret: bool = False, compile_timeout_s: float = 300.0,
               workers: int | None = None, settings=None, store=None, limits: DeviceLimits | None = None,
-              progress: Callable[[SweepResult], None] | None = None) -> SweepResult:
+              progress: Callable[[SweepResult], None] | None = None, reference: bool = True) -> SweepResult:
     """Records every config of `configs` (default: the kernel's space, in its order; the first
-    `limit` of them when given) on one problem into `out`, skipping those already there."""
+    `limit` of them when given) on one problem into `out`, skipping those already there, and the
+    framework's time as the reference row unless `out` has it or `reference` is False (a chunk
+    of a sweep spread over several workers, tune_many.sweep_many, one of which times it)."""
     from .analysis import device_limits
     from .measure import MeasureSettings, time_framework, visible_devices
 
@@ -204,7 +206,7 @@ def run_sweep(kernel, shape: Mapping[str, Any], dtype: str, out: Path, *, config
                 progress(result)
 
     try:
-        if not recorded.reference:
+        if reference and not recorded.reference:
             result.reference_ms = time_framework(kernel, shape, dtype, "cpu" if interpret else "cuda:0",
                                                  reps=settings.reps, flush_bytes=settings.flush_bytes)
             appender.write(reference_row(kernel, shape, dtype, result.reference_ms, device))

@@ -36,7 +36,7 @@ from typing import Any
 
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-from . import hot
+from . import collect, hot
 from .checking import (
     changed,
     difference,
@@ -487,6 +487,8 @@ class TunedKernel(TritonAutotuner):
         if chosen is None:
             chosen, tuned_now = self._choose(args, kwargs, key)
             self.cache[key] = chosen
+        if collect.collecting():
+            collect.record(self, args, kwargs, key)
         counted = self._store_keys.get(key)
         if counted is not None:
             hot.count(*counted)
@@ -569,6 +571,9 @@ class TunedKernel(TritonAutotuner):
         stored = self.store().get_winner(store_key)
         self.phases_s["store"] += time.perf_counter() - looked
         self._store_keys[key] = (os.path.abspath(self.store().path), store_key)
+        if collect.collecting():  # Nothing is tuned: the stored winner, else the first config, launches.
+            default = stored[0] if stored is not None else (candidates or [self._first_config()])[0]
+            return self._to_config(default), False
         retune = hot.retune_budget(store_key) if stored is not None else None
         if stored is not None and retune is None:
             return self._to_config(stored[0]), False
@@ -819,10 +824,14 @@ class TunedKernel(TritonAutotuner):
                     measure_configs, close = pool.measure, pool.close
                     note = None
                 else:
+                    # Here the configs run where the call's tensors are. devices[0] names the first GPU as a
+                    # measuring process is started on it (CUDA_VISIBLE_DEVICES's id: "cuda:3" for the one GPU
+                    # Ray lends a worker), which in this process may be no device at all.
+                    here = next((str(v.device) for v in nargs.values() if is_tensor(v)), devices[0])
                     phase = time.perf_counter()
-                    state = job.setup(devices[0] if devices[0] != "cpu" else _tensor_device(nargs))
+                    state = job.setup(here)
                     self._phase("setup", phase)
-                    measure_configs, close = in_process(job, state, self.settings, devices[0], self._do_bench), None
+                    measure_configs, close = in_process(job, state, self.settings, here, self._do_bench), None
                     note = state["note"]
                 if note is not None:
                     self._note(f"{self.__name__}: configs are timed unchecked for key {key}: {note}.")

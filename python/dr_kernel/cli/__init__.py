@@ -1,5 +1,6 @@
 """The ``dr-kernel`` command line: one module per command (replay, train, db and report,
-evaluate, tune, sweep, retune, check), what they share in common.py, and here the parser and main()."""
+evaluate, tune, sweep, retune, check, collect, tune-many), what they share in common.py, and here the
+parser and main()."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from . import check, db, evaluate, replay, retune, sweep, train, tune
+from . import check, collect, db, evaluate, replay, retune, sweep, train, tune, tune_many
 from .common import UsageError
 
 
@@ -26,7 +27,7 @@ def cmd_strategies(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dr-kernel", description="Auto-tuning of Triton GPU kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (replay, db, train, evaluate, tune, sweep, retune, check):
+    for command in (replay, db, train, evaluate, tune, sweep, retune, check, collect, tune_many):
         command.add_parser(sub)
 
     p = sub.add_parser("strategies", help="list the search strategies and their options")
@@ -43,6 +44,8 @@ INTERRUPTED = {
     "report": "nothing was written",
     "retune": "what the program re-tuned before it stopped is in the store",
     "check": "the baseline is as it was",
+    "collect": "the launches recorded so far are in the work list",
+    "tune-many": "every key tuned so far is in the store; run the same command again to go on",
 }
 
 

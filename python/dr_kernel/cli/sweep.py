@@ -20,6 +20,7 @@ from .common import (
     _parse_shape,
     _parse_space,
 )
+from .tune_many import engine_arguments
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -32,8 +33,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     shape = _parse_shape(kernel, args.shape)
     dtype = dtype_name(args.precision)
     space = _parse_space(kernel, args.space)
-    _check_range(args, limit=(1, MAX), reps=(1, 10**6), workers=(1, 4096))
-    if not common._gpu_available() and not args.interpret:
+    _check_range(args, limit=(1, MAX), reps=(1, 10**6), workers=(1, 4096), measurers=(1, 4096))
+    spread = bool(args.address or args.backend or args.measurers)  # On the measuring workers of tune-many.
+    if not spread and not common._gpu_available() and not args.interpret:
         raise UsageError(NO_GPU)
     _check_size(kernel, shape, dtype, args.interpret)
     configs = None
@@ -50,9 +52,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         done[0] = r.recorded
 
     try:
-        result = run_sweep(kernel, shape, dtype, args.out, configs=configs, limit=args.limit,
-                           interpret=args.interpret, compile_timeout_s=args.timeout, workers=args.workers,
-                           settings=MeasureSettings(reps=args.reps), store=store, progress=show)
+        if spread:
+            from ..tune_many import sweep_many
+
+            result = sweep_many(kernel, shape, dtype, args.out, configs=configs, limit=args.limit,
+                                interpret=args.interpret, compile_timeout_s=args.timeout, reps=args.reps, store=store,
+                                address=args.address, backend=args.backend or "auto", measurers=args.measurers,
+                                progress=show)
+        else:
+            result = run_sweep(kernel, shape, dtype, args.out, configs=configs, limit=args.limit,
+                               interpret=args.interpret, compile_timeout_s=args.timeout, workers=args.workers,
+                               settings=MeasureSettings(reps=args.reps), store=store, progress=show)
     except WorkerError as e:
         raise UsageError(f"the measuring worker failed: {e}") from None
     except KeyboardInterrupt:
@@ -84,4 +94,5 @@ def add_parser(sub) -> None:
                         "the best, or its launches add up to 50 ms)")
     p.add_argument("--interpret", action="store_true",
                    help="measure in Triton's interpreter on the CPU (small shapes; not GPU times)")
+    engine_arguments(p)  # Any of them: the configs are recorded in chunks by tune-many's measuring workers.
     p.set_defaults(func=cmd_sweep)

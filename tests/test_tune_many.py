@@ -1,0 +1,202 @@
+"""collect, tune-many and distributed sweeps, in Triton's interpreter: a program's launches collected
+into a work list of 20 keys, tuned on a local multi-node Ray cluster (ray.cluster_utils.Cluster) with
+one of its actors killed and one of its nodes removed mid-run, on a plain process pool when Ray
+cannot be imported, resumed after an interruption, and read by the program's next run.
+
+Ray is a test dependency (scripts/setup installs it): these tests run in CI, they are not skipped.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import ray
+from dr_kernel import collect
+from dr_kernel.store import open_store
+from dr_kernel.tune_many import plan, sweep_many, tune_many
+from ray.cluster_utils import Cluster
+
+TESTS = Path(__file__).parent
+
+
+def program_env(db: Path, **extra) -> dict:
+    return dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(db),
+                PYTHONPATH=os.pathsep.join([str(TESTS), *sys.path]), **extra)
+
+
+def dr_kernel(*args: str, env: dict, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "dr_kernel", *args], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert not check or out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def run_program(db: Path) -> dict:
+    """The program's own run (no collect; the drop-in switch on, as when it was collected): how many
+    configs it measured."""
+    out = subprocess.run([sys.executable, str(TESTS / "many_program.py")], capture_output=True, text=True,
+                         env=program_env(db, DR_KERNEL_AUTOTUNE="1"), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def work_list(tmp_path_factory) -> Path:
+    """The work list of tests/many_program.py, collected once by `dr-kernel collect`."""
+    folder = tmp_path_factory.mktemp("collect")
+    db, work = folder / "results.db", folder / "work.jsonl"
+    out = dr_kernel("collect", "-o", str(work), "--", sys.executable, str(TESTS / "many_program.py"),
+                    env=program_env(db))
+    assert json.loads(out.stdout.splitlines()[0]) == {"evaluations": 0}  # Nothing was tuned...
+    assert "20 new entries, 20 in all (20 keys of 3 kernels)" in out.stdout
+    assert open_store(db).count() == 0  # ...nor measured.
+    return work
+
+
+def test_collect_writes_each_distinct_launch_once(work_list, tmp_path):
+    entries = collect.read_work(work_list)
+    assert len(entries) == 20 and len({e["id"] for e in entries}) == 20 == len({e["store_key"] for e in entries})
+    by_kernel = {}
+    for e in entries:
+        by_kernel.setdefault(e["kernel"]["function"], []).append(e)
+    assert {k: len(v) for k, v in by_kernel.items()} == {"scale_kernel": 10, "strided_add_kernel": 6,
+                                                         "gather_kernel": 4}
+    add = by_kernel["strided_add_kernel"][0]
+    assert add["kernel"]["switch"] == "1"  # A @triton.autotune kernel, seen through the drop-in switch.
+    assert add["args"]["x_ptr"]["tensor"]["stride"] == [2] and add["args"]["stride_x"] == {"value": 2}
+    assert by_kernel["gather_kernel"][0]["args"]["index_ptr"]["tensor"]["range"] == [0, 49]
+    assert by_kernel["scale_kernel"][0]["grid"] == {"params": ["BLOCK"], "table": [[[32], [3]], [[64], [2]],
+                                                                                   [[128], [1]]]}
+    # Running the program again under collect adds nothing: the work list already has its launches.
+    copy = tmp_path / "work.jsonl"
+    shutil.copy(work_list, copy)
+    out = dr_kernel("collect", "-o", str(copy), "--", sys.executable, str(TESTS / "many_program.py"),
+                    env=program_env(tmp_path / "results.db"))
+    assert "0 new entries, 20 in all" in out.stdout and copy.read_text() == work_list.read_text()
+
+
+def test_rebuilt_arguments_keep_the_recorded_layouts():
+    import torch
+
+    base = torch.arange(40, dtype=torch.int32)
+    strided = torch.randn(8, 6)[:, 1:5]  # A view: strides (6, 1), offset 1 element (4 bytes).
+    entry = {"id": "x", "label": "k", "positional": 2, "kernel": {"function": "k"}, "kwargs": {"EXTRA": 3},
+             "grid": {"params": ["BLOCK"], "table": [[[32], [4, 1]]]},
+             "args": {"a": collect.describe_value(strided), "i": collect.describe_value(base[5:25]),
+                      "n": collect.describe_value(7)}}
+    args, kwargs = collect.rebuild_arguments(entry, "cpu", seed=1)
+    a, i = args
+    assert a.shape == (8, 4) and a.stride() == (6, 1) and a.storage_offset() == 1 and a.dtype == torch.float32
+    assert i.dtype == torch.int32 and int(i.min()) >= 5 and int(i.max()) <= 24  # Indices stay in range.
+    assert kwargs["n"] == 7 and kwargs["EXTRA"] == 3 and kwargs["grid"]({"BLOCK": 32}) == (4, 1)
+    with pytest.raises(ValueError, match="no recorded launch grid"):
+        kwargs["grid"]({"BLOCK": 64})
+    entry["args"]["o"] = collect.describe_value(object())
+    with pytest.raises(ValueError, match="--inputs"):
+        collect.rebuild_arguments(entry, "cpu")
+    hook = collect.rebuild_arguments(entry, "cpu", inputs=lambda name, values, device: {"o": "given"})
+    assert hook[1]["o"] == "given"
+
+
+def test_plan_tunes_each_key_once_and_skips_stored_keys(work_list, tmp_path):
+    entries = collect.read_work(work_list)
+    store = open_store(tmp_path / "results.db")
+    store.put_winner(entries[3]["store_key"], {"BLOCK": 64}, 1.0, 1)
+    todo, stored = plan([*entries, {**entries[0], "id": "another launch at the same key"}], store)
+    assert stored == 1 and [e["id"] for e in todo] == [e["id"] for e in entries if e is not entries[3]]
+
+
+def test_tune_many_without_ray_on_a_process_pool_resumes_after_an_interruption(work_list, tmp_path):
+    db, log = tmp_path / "results.db", tmp_path / "hook.log"
+    env = program_env(db, MANY_HOOK_LOG=str(log))
+    blocked = "import sys; sys.modules['ray'] = None; from dr_kernel.cli import main; sys.exit(main(sys.argv[1:]))"
+    command = [sys.executable, "-c", blocked, "tune-many", str(work_list), "--measurers", "2",
+               "--inputs", "many_kernels:valid_inputs", "--json"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in first.stderr:  # One line per tuned key; interrupted after the fifth.
+        if line.startswith("[5]"):
+            first.send_signal(signal.SIGTERM)
+            break
+    rest = first.communicate(timeout=120)
+    assert first.returncode == 130 and "interrupted; every key tuned so far is in the store" in rest[1], rest
+    store = open_store(db)
+    stored = [e for e in collect.read_work(work_list) if store.get_winner(e["store_key"]) is not None]
+    assert 5 <= len(stored) < 20
+    rows = store.count()
+
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    second = json.loads(out.stdout)
+    assert second["backend"] == "pool" and second["workers"] == 2 and not second["failed"]
+    assert second["already_stored"] == len(stored) and second["tuned"] == 20 - len(stored)
+    assert store.count() == rows + second["rows"]  # Nothing measured twice, nothing lost.
+    assert log.read_text().count("gather_kernel") >= 4  # The hook rebuilt the index tensors in the workers.
+    assert run_program(db) == {"evaluations": 0}  # The program's next run launches the stored winners.
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Ray cluster of three nodes on this machine: a head without GPUs and two nodes with one
+    (nominal) GPU each, one CPU each, so one measuring actor per worker node."""
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    workers = [nodes.add_node(num_cpus=1, num_gpus=1) for _ in range(2)]
+    ray.init(address=nodes.address, log_to_driver=False)
+    nodes.wait_for_nodes()
+    yield nodes, workers
+    ray.shutdown()
+    nodes.shutdown()
+
+
+def test_sweep_records_chunks_on_the_cluster_and_resumes(cluster, tmp_path):
+    from dr_kernel.kernels import get
+
+    softmax, out = get("softmax"), tmp_path / "softmax.jsonl"
+    store = open_store(tmp_path / "results.db")
+    shape = {"rows": 4, "cols": 256}
+    first = sweep_many(softmax, shape, "fp32", out, limit=6, interpret=True, store=store, chunk=2)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert first.recorded == 6 and [r["type"] for r in rows].count("reference") == 1
+    assert len({json.dumps(r["config"], sort_keys=True) for r in rows if r["type"] == "measure"}) == 6
+    assert store.count() == 6 and first.statuses.get("ok", 0) >= 1
+    again = sweep_many(softmax, shape, "fp32", out, limit=6, interpret=True, store=store, chunk=2)
+    assert again.recorded == 0 and again.skipped == 6 and out.read_text().count("\n") == 7
+
+
+def test_tune_many_on_a_ray_cluster_survives_a_killed_actor_and_a_lost_node(cluster, work_list, tmp_path):
+    nodes, workers = cluster
+    db = tmp_path / "results.db"
+    accepted = []
+
+    def on_result(result, engine):
+        accepted.append(result)
+        if len(accepted) == 2:  # An actor killed in the middle of an entry: Ray restarts it.
+            ray.kill(engine.busy_actors()[0], no_restart=False)
+        if len(accepted) == 6:  # A node lost: its actor cannot come back (no other node has a free GPU).
+            nodes.remove_node(workers[1])
+
+    report = tune_many(work_list, db=db, on_result=on_result)
+    assert report.engine.backend == "ray" and report.engine.workers == 2
+    assert len(report.tuned) == 20 and not report.failed and report.engine.requeued >= 1
+    assert len(report.engine.hosts) == 2  # Both actors measured.
+    store = open_store(db)
+    entries = collect.read_work(work_list)
+    assert all(store.get_winner(e["store_key"]) is not None for e in entries)
+    # Every entry's result was written once: its measurements and no others (none of an attempt
+    # that died, none twice).
+    assert sorted(r["id"] for r in accepted) == sorted(e["id"] for e in entries)
+    assert store.count() == report.rows == sum(len(r["rows"]) for r in accepted)
+    for r in accepted:
+        problem = r["rows"][0][0]
+        assert len(store.rows(problem)) == len(r["rows"])
+    # Every config was compiled (for the H200, by Ray tasks on the CPU workers) before it was measured.
+    assert all(m["n_regs"] > 0 for r in accepted for _, _, m in r["rows"])
+    assert {r["compiled_by"] for r in accepted} == {"RayCompilePool"}
+
+    again = tune_many(work_list, db=db)
+    assert again.stored_before == 20 and not again.tuned and again.engine is None and store.count() == report.rows
+    assert run_program(db) == {"evaluations": 0}
