@@ -38,3 +38,14 @@ def predicted_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+# A reference given as a lambda, which cannot travel to a measuring process: it is called in the
+# tuning process and its outputs travel instead. STRIDE=2 skips every other element (wrong).
+@optimize(max_evals=4, key=["n"], space={"BLOCK": [32, 64], "STRIDE": [1, 2]}, strategy="exhaustive", isolate=True,
+          reference=lambda x_ptr, **_: [2 * x_ptr], outputs=["y_ptr"])
+@triton.jit
+def lambda_checked_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, STRIDE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK // STRIDE) * STRIDE
+    mask = offs < n
+    tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=mask), mask=mask)

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,49 @@ print(json.dumps({"evaluations": predicted_kernel.evaluations, "correct": bool((
     assert result["evaluations"] == 0 and result["correct"] and result["rows"] == 0
     assert result["chosen"] == result["expected"]
     assert "predicted config" in result["notes"][0]
+
+
+LAMBDA_SCRIPT = r"""
+import json, torch, triton
+from dr_kernel.store import open_store
+from optimize_kernels import lambda_checked_kernel
+x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+y = torch.zeros_like(x)
+lambda_checked_kernel[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](x, y, 1000)
+store = open_store(sys.argv[1], read_only=True)
+print(json.dumps({"correct": bool(torch.equal(y, 2 * x)), "best": lambda_checked_kernel.best_config.kwargs,
+                  "rows": [[c, m["status"]] for p in store.problems() for c, m in store.rows(p)]}))
+""".replace("import json,", "import sys, json,")
+
+
+def test_a_lambda_reference_checks_configs_measured_in_another_process(tmp_path):
+    # Seen on the H200: reference=lambda with isolate=True failed pickling the measuring job.
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "r.db"),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
+    run = subprocess.run([sys.executable, "-c", LAMBDA_SCRIPT, str(tmp_path / "r.db")], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["correct"] and out["best"]["STRIDE"] == 1
+    status = {(c["BLOCK"], c["STRIDE"]): s for c, s in out["rows"]}
+    assert status == {(32, 1): "ok", (64, 1): "ok", (32, 2): "wrong", (64, 2): "wrong"}
+
+
+def test_isolate_true_on_a_kernel_in_main_is_one_clear_error(tmp_path):
+    script = textwrap.dedent("""
+        import torch, triton, triton.language as tl
+        from dr_kernel import optimize
+
+        @optimize(space={"BLOCK": [32, 64]}, key=["n"], isolate=True)
+        @triton.jit
+        def k(x_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, 1.0, mask=offs < n)
+
+        x = torch.zeros(100)
+        k[(4,)](x, 100)
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "TRITON_INTERPRET": "1", "DR_KERNEL_DB": str(tmp_path / "r.db")})
+    assert run.returncode != 0
+    assert "ValueError: k: isolate=True measures in another process" in run.stderr and "module" in run.stderr

@@ -26,6 +26,7 @@ import inspect
 import json
 import math
 import os
+import pickle
 import sys
 import threading
 import time
@@ -58,6 +59,14 @@ from .space import LAUNCH_OPTIONS, config_dict, make_space
 _LAUNCH_KWARGS = ("grid", "warmup")
 
 
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+        return True
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+
+
 class LaunchError(RuntimeError):
     """A launch raised an error that is not a config's failure (triton.autotune would raise it)."""
 
@@ -82,6 +91,9 @@ class KernelJob(Job):
     kwargs: dict = field(default_factory=dict)  # Passed to every launch: grid, heuristics' values, ...
     outputs_names: list | None = None
     reference: Callable | None = None
+    # A reference that cannot travel to a measuring process (a lambda, a closure) is called in the
+    # tuning process instead, and its outputs travel as CPU tensors.
+    reference_outputs: list | None = None
     reference_configs: list = field(default_factory=list)  # The first of these that runs is the reference.
     reset_to_zero: list = field(default_factory=list)
     restore_value: list = field(default_factory=list)
@@ -118,6 +130,9 @@ class KernelJob(Job):
         if self.reference is not None:
             result = self.reference(**pristine)
             state["expected"] = list(result) if isinstance(result, (tuple, list)) else [result]
+            state["outputs"] = state["outputs"] or written_outputs(state)
+        elif self.reference_outputs is not None:
+            state["expected"] = [t.to(device) if is_tensor(t) else t for t in self.reference_outputs]
             state["outputs"] = state["outputs"] or written_outputs(state)
         elif self.reference_configs and self.check_results:
             self._reference_from_configs(state)
@@ -235,7 +250,7 @@ class KernelJob(Job):
                               "writes; return one per output, in the order of `outputs`")
         worst, relerr, why = 0.0, 0.0, None
         for name, out, ref in zip(state["outputs"], outs, reference, strict=True):
-            if self.reference is not None:  # A user's reference: the project's relative L2 rule.
+            if self.reference is not None or self.reference_outputs is not None:  # A user's: relative L2.
                 err = relative_error(out, ref)
                 limit = settings.max_relerr
             else:  # Another config: the rounding of the output's dtype.
@@ -601,12 +616,17 @@ class TunedKernel(TritonAutotuner):
     # ----- tuning --------------------------------------------------------------------------------
 
     def _isolated(self) -> bool:
+        module = getattr(self.base_fn, "__module__", "__main__")
+        importable = module != "__main__" and module in sys.modules and getattr(sys.modules[module], "__file__", None)
         if self.isolate is not None:
+            if self.isolate and not importable:
+                raise ValueError(f"{self.__name__}: isolate=True measures in another process, which must import the "
+                                 f"kernel, but it is defined in {module!r}; define it in a module of its own, or "
+                                 "give isolate=None to measure it in this process")
             return self.isolate
         if self.pre_hook or self.post_hook or any(getattr(c, "pre_hook", None) for c in self.listed or ()):
             return False  # Hooks are the caller's functions: they run where the caller runs.
-        module = getattr(self.base_fn, "__module__", "__main__")
-        if module == "__main__" or module not in sys.modules or not getattr(sys.modules[module], "__file__", None):
+        if not importable:
             warnings.warn(f"{self.__name__} is defined in __main__ or a notebook, which a measuring process cannot "
                           "import: its configs are measured in this process, so a config that crashes the GPU "
                           "context ends it. Define the kernel in a module to measure in isolation.", stacklevel=5)
@@ -744,6 +764,10 @@ class TunedKernel(TritonAutotuner):
             job.module = getattr(self.base_fn, "__module__", "__main__")
             job.name = self._module_name()
             job.args = {k: (v.detach().cpu() if is_tensor(v) else v) for k, v in nargs.items()}
+            if self.reference is not None and not _picklable(self.reference):
+                result = self.reference(**scratch_copies(nargs))
+                result = list(result) if isinstance(result, (tuple, list)) else [result]
+                job.reference, job.reference_outputs = None, [t.detach().cpu() if is_tensor(t) else t for t in result]
         else:
             job.fn = self.fn
             job.kwargs["grid"] = kwargs.get("grid")
