@@ -194,21 +194,20 @@ def _device_of(named: Mapping[str, Any]) -> str:
 
 
 def locate(kernel: Any) -> dict:
-    """Where a worker imports the kernel from: its module, the module attribute holding it (the
-    kernel itself or a wrapper whose `.fn` chain reaches it), the folder to import from, and
-    whether the drop-in switch must be on for the module's triton.autotune to be dr_kernel's."""
-    name = getattr(kernel.base_fn, "__module__", "__main__")
-    module = sys.modules.get(name)
-    attribute = None
-    for attr, value in list(vars(module).items()) if module else ():
-        inner, depth = value, 0
-        while inner is not None and depth < 8:
-            if inner is kernel:
-                attribute = attr
-                break
-            inner, depth = getattr(inner, "fn", None), depth + 1
+    """Where a worker imports the kernel from: the module and attribute holding it (the kernel or
+    a wrapper whose `.fn` chain reaches it; first looked for in its function's module, then in
+    every module, for a kernel wrapped away from its @triton.jit function), the folder to import
+    from, and whether the drop-in switch must be on for the module's triton.autotune to be
+    dr_kernel's."""
+    home = getattr(kernel.base_fn, "__module__", "__main__")
+    name, attribute = home, None
+    for name in [home, *(m for m in list(sys.modules) if m != home)]:
+        attribute = _attribute_holding(sys.modules.get(name), kernel)
         if attribute is not None:
             break
+    else:
+        name = home
+    module = sys.modules.get(name)
     file = getattr(module, "__file__", None)
     root = None
     if file:
@@ -220,6 +219,19 @@ def locate(kernel: Any) -> dict:
     switched = getattr(kernel, "fallback", None) is not None
     return {"module": name, "name": attribute, "root": root, "function": kernel.__name__,
             "switch": ("widen" if kernel.widen else "1") if switched else None}
+
+
+def _attribute_holding(module: Any, kernel: Any) -> str | None:
+    for attr, value in list(vars(module).items()) if module is not None else ():
+        inner, depth = value, 0
+        while inner is not None and depth < 8:
+            if inner is kernel:
+                return attr
+            try:
+                inner, depth = getattr(inner, "fn", None), depth + 1
+            except Exception:  # noqa: BLE001 -- a module attribute whose getattr raises (a lazy proxy).
+                break
+    return None
 
 
 # ----- launch grids ---------------------------------------------------------------------------------
