@@ -103,6 +103,14 @@ def test_rebuilt_arguments_keep_the_recorded_layouts():
     assert hook[1]["o"] == "given"
 
 
+def test_a_kernel_is_found_where_it_is_wrapped_not_where_its_function_is():
+    import many_kernels
+
+    where = collect.locate(many_kernels.wrapped_rmsnorm)
+    assert (where["module"], where["name"], where["root"]) == ("many_kernels", "wrapped_rmsnorm", str(TESTS))
+    assert collect.load_kernel(where) is many_kernels.wrapped_rmsnorm
+
+
 def test_plan_tunes_each_key_once_and_skips_stored_keys(work_list, tmp_path):
     entries = collect.read_work(work_list)
     store = open_store(tmp_path / "results.db")
