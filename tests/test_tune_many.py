@@ -180,17 +180,25 @@ def test_tune_many_on_a_ray_cluster_survives_a_killed_actor_and_a_lost_node(clus
     db = tmp_path / "results.db"
     accepted = []
 
+    faults = []
+
     def on_result(result, engine):
         accepted.append(result)
-        if len(accepted) == 2:  # An actor killed in the middle of an entry: Ray restarts it.
+        # Once both nodes' actors have measured (so the list is spread over the nodes), one actor is
+        # killed in the middle of an entry (Ray restarts it), and four results later a node is lost
+        # (its actor cannot come back: no other node has a free GPU).
+        if not faults and len(engine.report.hosts) == 2 and engine.busy_actors():
             ray.kill(engine.busy_actors()[0], no_restart=False)
-        if len(accepted) == 6:  # A node lost: its actor cannot come back (no other node has a free GPU).
+            faults.append(len(accepted))
+        elif len(faults) == 1 and len(accepted) == faults[0] + 4:
             nodes.remove_node(workers[1])
+            faults.append(len(accepted))
 
     report = tune_many(work_list, db=db, on_result=on_result)
     assert report.engine.backend == "ray" and report.engine.workers == 2
+    assert len(faults) == 2, f"the faults were not injected ({faults}): a node's actor measured nothing"
     assert len(report.tuned) == 20 and not report.failed and report.engine.requeued >= 1
-    assert len(report.engine.hosts) == 2  # Both actors measured.
+    assert len(report.engine.hosts) == 2 and sum(report.engine.hosts.values()) == 20
     store = open_store(db)
     entries = collect.read_work(work_list)
     assert all(store.get_winner(e["store_key"]) is not None for e in entries)

@@ -295,7 +295,7 @@ class RayEngine:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-        report = RunReport("ray", len(self.actors))
+        report = self.report = RunReport("ray", len(self.actors))  # Readable while it runs (tests).
         queue = collections.deque((item, 1) for item in items)
         free = collections.deque(range(len(self.actors)))
         busy = self._busy = {}  # ref → (actor's index, item, attempt)
@@ -307,9 +307,10 @@ class RayEngine:
                 index = free.popleft()
                 item, attempt = queue.popleft()
                 busy[self.actors[index].run.remote(item[1], item[2])] = (index, item, attempt)
-            if not busy and queue and time.monotonic() - quiet_since > stall_s:
-                raise RuntimeError(f"no measuring worker has answered for {stall_s:g} s ({len(queue)} items left); "
-                                   "what was measured is stored: run the same command again to go on")
+            if not busy and queue and (not pings or time.monotonic() - quiet_since > stall_s):
+                raise RuntimeError(f"no measuring worker is left, or none has answered for {stall_s:g} s "
+                                   f"({len(queue)} items left); what was measured is stored: run the same command "
+                                   "again to go on")
             ready, _ = ray.wait([*busy, *pings], num_returns=1, timeout=1.0)
             for ref in ready:
                 quiet_since = time.monotonic()
