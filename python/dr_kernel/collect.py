@@ -222,15 +222,17 @@ def locate(kernel: Any) -> dict:
 
 
 def _attribute_holding(module: Any, kernel: Any) -> str | None:
+    # Only Triton's kernel objects are followed down their `.fn` (Autotuner, Heuristics, dr_kernel's):
+    # reading `.fn` of any module attribute has effects (pytest.mark.fn makes a mark, with a warning).
+    from triton.runtime.jit import KernelInterface
+
     for attr, value in list(vars(module).items()) if module is not None else ():
-        inner, depth = value, 0
-        while inner is not None and depth < 8:
-            if inner is kernel:
+        for _ in range(8):
+            if value is kernel:
                 return attr
-            try:
-                inner, depth = getattr(inner, "fn", None), depth + 1
-            except Exception:  # noqa: BLE001 -- a module attribute whose getattr raises (a lazy proxy).
+            if not issubclass(type(value), KernelInterface):  # type(): isinstance reads a proxy's __class__.
                 break
+            value = getattr(value, "fn", None)
     return None
 
 
