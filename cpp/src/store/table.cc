@@ -27,8 +27,25 @@ class LineReader {
   LineReader(const std::string& name, size_t line) : where_(name + ":" + std::to_string(line)) {}
 
   [[noreturn]] void Fail(const std::string& what) const {
-    throw TableError(where_ + ": " + what +
+    throw TableError(where_ + ": " + Printable(what) +
                      "; fix or delete this line (the format is described in docs/data-format.md)");
+  }
+
+  // Control characters of the line (a NUL in a key) escaped: a message crosses into Python as a
+  // C string, which a NUL would cut before the line's fix.
+  static std::string Printable(const std::string& text) {
+    std::string out;
+    for (const unsigned char c : text) {
+      if (c >= 0x20 && c != 0x7f) {
+        out += static_cast<char>(c);
+      } else {
+        static const char* kHex = "0123456789abcdef";
+        out += "\\u00";
+        out += kHex[c >> 4];
+        out += kHex[c & 15];
+      }
+    }
+    return out;
   }
 
   const json& Field(const json& row, const char* key) const {
