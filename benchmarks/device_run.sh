@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, profile, retune, splitk, sweeps-a, sweeps-b
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, profile, retune, tunemany, splitk, sweeps-a, sweeps-b
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
@@ -89,6 +89,11 @@ for step in "$@"; do
           > "$work/profile/$k.txt" 2>&1
         echo "profile $k: rc $? after $(elapsed) s"; cat "$work/profile/$k.txt"
       done
+      pack ;;
+    tunemany)  # Issue 13: a transformer block's kernels collected, tuned with tune-many, step time before/after.
+      PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 "${TM_TIMEOUT:-420}" python3 benchmarks/tune_many_gpu.py --out "$work/tune-many" \
+        ${TM_ARGS:-} > "$work/tune-many.log" 2>&1
+      echo "tune-many: rc $? after $(elapsed) s"; tail -c 2500 "$work/tune-many.log"; tail -c 2500 "$work/tune-many/tune_many_gpu.json"
       pack ;;
     splitk)  # SPLIT_K as a tuning axis on the deep-K and mid-size shapes, over a narrowed tile space.
       sk='{"BLOCK_M":[64,128],"BLOCK_N":[64,128],"BLOCK_K":[32,64,128],"GROUP_M":[8],"num_warps":[4,8],"num_stages":[3,4],"SPLIT_K":[1,2,4,8,16]}'
