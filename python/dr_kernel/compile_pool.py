@@ -355,7 +355,47 @@ class _Worker:
             self.connection.close()
 
 
-class CompilePool:
+class RequestQueue:
+    """The requests a pool has not started, by ticket: urgent ones first, speculative ones (the
+    strategy's guesses) when a worker is idle. CompilePool and distributed.RayCompilePool
+    dispatch from it."""
+
+    def _init_queue(self) -> None:
+        self._requests: dict[int, Any] = {}  # Submitted and not yet answered, by ticket.
+        self._urgent: collections.deque[int] = collections.deque()
+        self._speculative: collections.deque[int] = collections.deque()
+        self._limits: dict[int, float] = {}  # Deadlines of requests that have their own, until they start.
+        self._next_ticket = 0
+
+    def submit(self, request: Any, speculative: bool = False, timeout_s: float | None = None) -> int:
+        """Queues one request and returns its ticket; poll() later returns (ticket, result).
+        `timeout_s` overrides the pool's deadline for this request."""
+        ticket = self._next_ticket
+        self._next_ticket += 1
+        if timeout_s is not None:
+            self._limits[ticket] = timeout_s
+        self._requests[ticket] = _portable(request) if isinstance(request, CompileRequest) else request
+        (self._speculative if speculative else self._urgent).append(ticket)
+        return ticket
+
+    def prioritise(self, ticket: int) -> None:
+        """Makes a queued speculative request urgent (it is needed now after all)."""
+        if ticket in self._speculative:
+            self._speculative.remove(ticket)
+            self._urgent.append(ticket)
+
+    def cancel(self, ticket: int) -> bool:
+        """Drops a request that has not started; returns False when it is running or answered."""
+        for queue in (self._speculative, self._urgent):
+            if ticket in queue:
+                queue.remove(ticket)
+                del self._requests[ticket]
+                self._limits.pop(ticket, None)
+                return True
+        return False
+
+
+class CompilePool(RequestQueue):
     """Runs `task` (by default analyse_request) on many requests in `workers` processes, each
     request within `timeout_s` seconds of compile time.
 
@@ -384,12 +424,8 @@ class CompilePool:
         self.fork = fork  # Workers forked from this process (see fork_workers()) rather than started afresh.
         self._pool: list[_Worker] = []
         self._failed_starts = 0
-        self._requests: dict[int, Any] = {}  # Submitted and not yet answered, by ticket.
-        self._urgent: collections.deque[int] = collections.deque()
-        self._speculative: collections.deque[int] = collections.deque()
+        self._init_queue()
         self._unclaimed: list[tuple[int, Any]] = []  # Answers run() received for others' tickets.
-        self._limits: dict[int, float] = {}  # Deadlines of requests that have their own, until they start.
-        self._next_ticket = 0
 
     # The pool's workers outlive one map() call, so that later batches skip their start-up.
     def __enter__(self) -> CompilePool:
@@ -433,33 +469,6 @@ class CompilePool:
                     self._unclaimed.append((ticket, result))
 
     # ----- one request at a time -------------------------------------------------------------
-
-    def submit(self, request: Any, speculative: bool = False, timeout_s: float | None = None) -> int:
-        """Queues one request and returns its ticket; poll() later returns (ticket, result).
-        `timeout_s` overrides the pool's deadline for this request."""
-        ticket = self._next_ticket
-        self._next_ticket += 1
-        if timeout_s is not None:
-            self._limits[ticket] = timeout_s
-        self._requests[ticket] = _portable(request) if isinstance(request, CompileRequest) else request
-        (self._speculative if speculative else self._urgent).append(ticket)
-        return ticket
-
-    def prioritise(self, ticket: int) -> None:
-        """Makes a queued speculative request urgent (it is needed now after all)."""
-        if ticket in self._speculative:
-            self._speculative.remove(ticket)
-            self._urgent.append(ticket)
-
-    def cancel(self, ticket: int) -> bool:
-        """Drops a request that has not started; returns False when it is running or answered."""
-        for queue in (self._speculative, self._urgent):
-            if ticket in queue:
-                queue.remove(ticket)
-                del self._requests[ticket]
-                self._limits.pop(ticket, None)
-                return True
-        return False
 
     @property
     def pending(self) -> int:

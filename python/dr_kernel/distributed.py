@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .compile_pool import CompilePool, CompileRequest, _portable, failed_report
+from .compile_pool import CompilePool, CompileRequest, RequestQueue, failed_report
 
 Item = tuple[str, str, dict]  # (id, "module:function" run by a worker, its payload)
 BACKENDS = ("auto", "ray", "pool")
@@ -130,7 +130,7 @@ def _compile_task(request: CompileRequest):
     return analyse_request(request)
 
 
-class RayCompilePool:
+class RayCompilePool(RequestQueue):
     """CompilePool's interface (submit, poll, prioritise, cancel, run, close) over Ray tasks of
     one CPU each: at most `workers` in flight (default: the CPUs of `node_id`'s node), urgent
     requests first, guesses on all but one of them; a task past its deadline is cancelled (its
@@ -149,12 +149,8 @@ class RayCompilePool:
         placement = NodeAffinitySchedulingStrategy(node_id, soft=True) if node_id else "DEFAULT"
         self._task = ray.remote(_compile_task).options(num_cpus=1, max_retries=0, scheduling_strategy=placement,
                                                        runtime_env={"env_vars": dict(env or {})})
-        self._requests: dict[int, Any] = {}
-        self._urgent: collections.deque[int] = collections.deque()
-        self._speculative: collections.deque[int] = collections.deque()
-        self._limits: dict[int, float] = {}
+        self._init_queue()
         self._running: dict[Any, tuple[int, float, float, bool]] = {}  # ref → (ticket, started, limit, guess)
-        self._next = 0
 
     def __enter__(self) -> RayCompilePool:
         return self
@@ -165,28 +161,6 @@ class RayCompilePool:
     @property
     def pending(self) -> int:
         return len(self._requests)
-
-    def submit(self, request: Any, speculative: bool = False, timeout_s: float | None = None) -> int:
-        ticket, self._next = self._next, self._next + 1
-        self._requests[ticket] = _portable(request) if isinstance(request, CompileRequest) else request
-        if timeout_s is not None:
-            self._limits[ticket] = timeout_s
-        (self._speculative if speculative else self._urgent).append(ticket)
-        return ticket
-
-    def prioritise(self, ticket: int) -> None:
-        if ticket in self._speculative:
-            self._speculative.remove(ticket)
-            self._urgent.append(ticket)
-
-    def cancel(self, ticket: int) -> bool:
-        for queue in (self._speculative, self._urgent):
-            if ticket in queue:
-                queue.remove(ticket)
-                del self._requests[ticket]
-                self._limits.pop(ticket, None)
-                return True
-        return False
 
     def _dispatch(self) -> None:
         guessing = sum(1 for *_, guess in self._running.values() if guess)
@@ -266,6 +240,10 @@ class RayCompilePool:
         self._speculative.clear()
 
 
+# Pings a measuring actor that died under an item may fail before it counts as gone for good.
+PINGS = 10
+
+
 class RayEngine:
     """Measuring actors on a Ray cluster; see the module's docstring."""
 
@@ -300,6 +278,7 @@ class RayEngine:
         free = collections.deque(range(len(self.actors)))
         busy = self._busy = {}  # ref → (actor's index, item, attempt)
         pings: dict[Any, int] = {}  # Actors that died under an item: used again once they answer.
+        missed: dict[int, int] = {}  # Pings each of them failed.
         where: dict[int, str] = {}
         quiet_since = time.monotonic()
         while queue or busy:
@@ -320,7 +299,13 @@ class RayEngine:
                         where[index] = ray.get(ref)
                         free.append(index)
                     except (RayActorError, GetTimeoutError):
-                        pass  # Gone for good (out of restarts): the others take its share.
+                        # A call can fail while Ray restarts the actor (slowly on a loaded machine):
+                        # asked again a few times before it counts as gone for good (out of
+                        # restarts), when the others take its share.
+                        missed[index] = missed.get(index, 0) + 1
+                        if missed[index] < PINGS:
+                            time.sleep(0.5)
+                            pings[self.actors[index].where.remote()] = index
                     continue
                 index, item, attempt = busy.pop(ref)
                 try:
