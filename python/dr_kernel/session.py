@@ -452,7 +452,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         # with the session's measurements every 8 of them (0.1 s a refit), and every 4 while its
         # predictions rank the measurements badly (trust below 0.5); replays leave both off. Under
         # leave-one-family-out (seed 0's agents, benchmarks/agent.md) the pair took the geomean of
-        # evaluations to 1.05x from 6.1 to 5.3 and the worst problem from 43.5 to 29.5.
+        # evaluations to 1.05x from 6.1 to 5.4 and the worst problem from 43.5 to 29.5.
         options.setdefault("refit", 8)
         options.setdefault("doubt_refit", 4)
     try:
