@@ -123,12 +123,17 @@ def _name(fn) -> str:
     return f"{getattr(base, '__module__', '?')}.{getattr(base, '__qualname__', getattr(base, '__name__', '?'))}"
 
 
+def requested(environ=os.environ) -> bool:
+    """Whether `environ` asks for the switch: DR_KERNEL_AUTOTUNE set to anything but 0/empty/off."""
+    return environ.get(ENV_VARIABLE, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def install_from_environment() -> None:
     """The start-up hook's call: install() when DR_KERNEL_AUTOTUNE is set to anything but 0/empty;
     "widen" also searches past the lists ("narrow", the default, is accepted too)."""
-    value = os.environ.get(ENV_VARIABLE, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
+    if not requested():
         return
+    value = os.environ.get(ENV_VARIABLE, "").strip().lower()
     try:
         install(widen=value == "widen")
     except Exception as error:  # noqa: BLE001 -- a start-up hook must never stop the program.

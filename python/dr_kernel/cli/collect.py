@@ -8,22 +8,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .common import UsageError
+from .common import UsageError, program_argument, program_command
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
+    from .. import switch
     from ..collect import ENV, read_work
 
-    command = list(args.program)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = program_command(args)
     if not command:
         raise UsageError("give the program to run after --, e.g. dr-kernel collect -o work.jsonl -- python train.py")
     out = args.out.resolve()
     before = len(read_work(out)) if out.is_file() else 0
     env = dict(os.environ, **{ENV: str(out)})
-    if not args.no_switch and env.get("DR_KERNEL_AUTOTUNE", "").strip().lower() in ("", "0", "false", "no", "off"):
-        env["DR_KERNEL_AUTOTUNE"] = "1"  # Library kernels' triton.autotune is dr_kernel's too, so they are seen.
+    if not args.no_switch and not switch.requested(env):
+        env[switch.ENV_VARIABLE] = "1"  # Library kernels' triton.autotune is dr_kernel's too, so they are seen.
     if args.db:
         env["DR_KERNEL_DB"] = str(args.db)
     done = subprocess.run(command, env=env)
@@ -50,6 +49,5 @@ def add_parser(sub) -> None:
                                            "per-user cache)")
     p.add_argument("--no-switch", action="store_true",
                    help="leave triton.autotune kernels to Triton (only @optimize and dr_kernel.autotune kernels)")
-    p.add_argument("program", metavar="command", nargs=argparse.REMAINDER,
-                   help="-- then the program to run, e.g. -- python train.py")
+    program_argument(p)
     p.set_defaults(func=cmd_collect)

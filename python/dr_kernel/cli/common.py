@@ -257,3 +257,16 @@ def _kernel_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: the kernel's first recorded problem)")
     p.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "fp32"],
                    help="element type (default fp16)")
+
+
+def program_argument(parser: argparse.ArgumentParser) -> None:
+    """The user's program, given after `--` (retune, collect)."""
+    # Not dest "command": that names the subcommand, which the error and interrupt messages print.
+    parser.add_argument("program", metavar="command", nargs=argparse.REMAINDER,
+                        help="-- then the program to run, e.g. -- python train.py")
+
+
+def program_command(args: argparse.Namespace) -> list[str]:
+    """The program given after `--`, without the `--`."""
+    command = list(args.program)
+    return command[1:] if command and command[0] == "--" else command

@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from .common import UsageError
+from .common import UsageError, program_argument, program_command
 
 
 def _fmt_ms(ms: float | None) -> str:
@@ -21,9 +21,7 @@ def cmd_retune(args: argparse.Namespace) -> int:
         raise UsageError(f"--top {args.top}: give at least 1")
     if args.budget is not None and args.budget < 1:
         raise UsageError(f"--budget {args.budget}: give at least 1 evaluation")
-    command = list(args.program)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = program_command(args)
     db = str(args.db) if args.db else None
     rows = retune(command, top=args.top, budget=args.budget, db=db, timeout=args.timeout) if command else \
         hottest(args.top, db)
@@ -66,7 +64,5 @@ def add_parser(sub) -> None:
     p.add_argument("--db", type=Path, help="the database file (default: $DR_KERNEL_DB or the per-user cache)")
     p.add_argument("--timeout", type=float, help="seconds the program may run (default: no limit)")
     p.add_argument("--json", action="store_true", help="print one JSON list")
-    # Not dest "command": that names the subcommand, which the error and interrupt messages print.
-    p.add_argument("program", metavar="command", nargs=argparse.REMAINDER,
-                   help="-- then the program to run, e.g. -- python train.py")
+    program_argument(p)
     p.set_defaults(func=cmd_retune)
