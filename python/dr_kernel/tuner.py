@@ -851,7 +851,7 @@ class TunedKernel(TritonAutotuner):
                     # Here the configs run where the call's tensors are. devices[0] names the first GPU as a
                     # measuring process is started on it (CUDA_VISIBLE_DEVICES's id: "cuda:3" for the one GPU
                     # Ray lends a worker), which in this process may be no device at all.
-                    here = next((str(v.device) for v in nargs.values() if is_tensor(v)), devices[0])
+                    here = _tensor_device(nargs, default=devices[0])
                     phase = time.perf_counter()
                     state = job.setup(here)
                     self._phase("setup", phase)
@@ -1083,8 +1083,8 @@ def _placeholder(value: Any, pointer: type) -> Any:
     return pointer(canonicalize_dtype(value.dtype), value.data_ptr() % 16 == 0)
 
 
-def _tensor_device(nargs: dict) -> str:
-    return next((str(v.device) for v in nargs.values() if is_tensor(v)), "cpu")
+def _tensor_device(nargs: dict, default: str = "cpu") -> str:
+    return next((str(v.device) for v in nargs.values() if is_tensor(v)), default)
 
 
 def _device_name(nargs: dict) -> str:
