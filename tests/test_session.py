@@ -396,3 +396,23 @@ def test_a_compile_far_slower_than_the_sessions_others_times_out_early(monkeypat
     error = next(m["error"] for c, m, _ in result.history if c["X"] == 9)
     assert "compile timed out after 1 s" in error and "median compile" in error and "compile_timeout=" in error
     assert took < 30, f"the session waited {took:.0f} s for the spilling config"
+
+
+def test_a_slow_compile_among_the_first_gets_the_deadline_once_it_is_known(monkeypatch):
+    # tune-many on the H200: a spilling matmul tile among a key's first configs had the pool's
+    # 120 s (no median yet when it was submitted) and held the key that long. Once four others
+    # have compiled, the one still running gets their deadline, counted from its own start.
+    import time
+
+    monkeypatch.setattr(StaticStage, "ADAPTIVE_FLOOR_S", 1.0)
+    stage = StaticStage(CompilePool(workers=3, timeout_s=120, task=spilling_compile),
+                        lambda config: CompileRequest("fake", dict(config)))
+    try:
+        start = time.monotonic()
+        reports = stage.reports_for([{"X": x} for x in (9, 0, 1, 2, 3, 5)])
+        took = time.monotonic() - start
+    finally:
+        stage.close()
+    assert [r.valid for r in reports] == [False, True, True, True, True, True]
+    assert "compile timed out after 1 s" in reports[0].reason and "median compile" in reports[0].reason
+    assert took < 30, f"the first config's compile held the session {took:.0f} s"

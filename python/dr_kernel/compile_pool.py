@@ -384,6 +384,17 @@ class RequestQueue:
             self._speculative.remove(ticket)
             self._urgent.append(ticket)
 
+    def shorten(self, ticket: int, timeout_s: float) -> None:
+        """Lowers one request's deadline to `timeout_s` seconds of compile time (from its start,
+        whether it has started or not); a later deadline than it has is ignored."""
+        if ticket in self._requests and ticket not in self._urgent and ticket not in self._speculative:
+            self._shorten_running(ticket, timeout_s)
+        elif ticket in self._requests:
+            self._limits[ticket] = min(self._limits.get(ticket, self.timeout_s), timeout_s)
+
+    def _shorten_running(self, ticket: int, timeout_s: float) -> None:
+        raise NotImplementedError
+
     def cancel(self, ticket: int) -> bool:
         """Drops a request that has not started; returns False when it is running or answered."""
         for queue in (self._speculative, self._urgent):
@@ -522,6 +533,11 @@ class CompilePool(RequestQueue):
         if isinstance(request, CompileRequest):
             return failed_report(request, reason, compile_s)
         return StaticReport(kernel="?", config={}, valid=False, reason=reason, compile_s=compile_s)
+
+    def _shorten_running(self, ticket: int, timeout_s: float) -> None:
+        for worker in self._pool:
+            if worker.index == ticket and timeout_s < worker.limit_s:
+                worker.limit_s, worker.deadline = timeout_s, worker.assigned_at + timeout_s
 
     def _retire(self, worker: _Worker, kill: bool) -> None:
         self._pool.remove(worker)

@@ -175,6 +175,11 @@ class RayCompilePool(RequestQueue):
             ref = self._task.remote(self._requests[ticket])
             self._running[ref] = (ticket, time.monotonic(), self._limits.pop(ticket, self.timeout_s), guess)
 
+    def _shorten_running(self, ticket: int, timeout_s: float) -> None:
+        for ref, (running, started, limit, guess) in self._running.items():
+            if running == ticket and timeout_s < limit:
+                self._running[ref] = (running, started, timeout_s, guess)
+
     def poll(self, timeout: float | None = None) -> list[tuple[int, Any]]:
         import ray
 

@@ -149,6 +149,7 @@ class StaticStage:
         return min(self.pool.timeout_s, max(self.ADAPTIVE_FLOOR_S, self.ADAPTIVE_FACTOR * median))
 
     def _take(self, finished: list[tuple[int, StaticReport]]) -> None:
+        known = not finished or self.deadline_s() is not None
         for ticket, report in finished:
             key = self._keys.pop(ticket, None)
             if key is None:
@@ -160,6 +161,14 @@ class StaticStage:
                     report.reason += (f" ({self.ADAPTIVE_FACTOR:g}x this session's median compile; the other "
                                       "configs compile far faster. compile_timeout= sets how long to wait at most)")
             self.reports[key] = report
+        if not known and (deadline := self.deadline_s()) is not None and deadline < self.pool.timeout_s:
+            # The compiles submitted before the adaptive deadline was known (the session's first
+            # configs) get it too, counted from their start: on the H200 one of tune-many's first
+            # matmul configs held its key for the pool's 120 s while its siblings compiled in 1-2 s.
+            for ticket, key in self._keys.items():
+                if key[:1] != ("compile_also",) and ticket not in self._adaptive:
+                    self.pool.shorten(ticket, deadline)
+                    self._adaptive.add(ticket)
 
     def reports_for(self, configs: Sequence[dict]) -> list[StaticReport]:
         """Returns the static report of every config, compiling those not compiled yet (and
