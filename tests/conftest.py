@@ -31,3 +31,13 @@ def tables(table_paths):
     from dr_kernel import _core
 
     return _core.read_tables([str(p) for p in table_paths])
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_timeouts_from_other_tests():
+    """A compile that timed out is not retried in the process (session._TIMED_OUT): each test
+    starts without the timeouts of the tests before it."""
+    from dr_kernel import session
+
+    session._TIMED_OUT.clear()
+    yield

@@ -416,3 +416,13 @@ def test_a_slow_compile_among_the_first_gets_the_deadline_once_it_is_known(monke
     assert [r.valid for r in reports] == [False, True, True, True, True, True]
     assert "compile timed out after 1 s" in reports[0].reason and "median compile" in reports[0].reason
     assert took < 30, f"the first config's compile held the session {took:.0f} s"
+    # Another problem of the kernel in this process (tune-many's next key) does not wait for it again.
+    stage = StaticStage(CompilePool(workers=3, timeout_s=120, task=spilling_compile),
+                        lambda config: CompileRequest("fake", dict(config), shape={"n": 2}))
+    try:
+        start = time.monotonic()
+        (report,) = stage.reports_for([{"X": 9}])
+        took = time.monotonic() - start
+    finally:
+        stage.close()
+    assert not report.valid and report.reason.startswith("compile timed out before, on another problem") and took < 1

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .analysis import H200, DeviceLimits, StaticReport
-from .compile_pool import CompilePool, CompileRequest
+from .compile_pool import CompilePool, CompileRequest, failed_report
 
 # Strategies whose next proposal is usually a one-step neighbour of a config just measured: for
 # them the static stage compiles those neighbours while the GPU measures.
@@ -76,6 +76,11 @@ def measurable(report: StaticReport) -> bool:
     """Whether a config should go to the GPU: it compiled and fits the device, or it compiled and
     only its resource usage could not be read (then the GPU decides)."""
     return report.valid or (report.binary_hash is not None and report.n_regs is None)
+
+
+# (kernel, dtype, config) whose compile overran its deadline in this process: a tile that spills by
+# kilobytes keeps ptxas busy for minutes at every shape, and tune-many tunes many shapes of a kernel.
+_TIMED_OUT: dict[tuple[str, str, tuple], str] = {}
 
 
 class StaticStage:
@@ -122,8 +127,14 @@ class StaticStage:
             if not speculative:
                 self.pool.prioritise(ticket)
             return
+        request = self.describe(config)
+        earlier = _TIMED_OUT.get((request.kernel_name, request.dtype, key)) if self.timeout_s is None else None
+        if earlier is not None:  # Its compile hangs whatever the shape: do not wait for it again.
+            self.reports[key] = failed_report(request, f"compile timed out before, on another problem of this kernel "
+                                              f"in this process ({earlier}); not compiled again", 0.0)
+            return
         deadline = self.deadline_s()
-        ticket = self.pool.submit(self.describe(config), speculative=speculative, timeout_s=deadline)
+        ticket = self.pool.submit(request, speculative=speculative, timeout_s=deadline)
         self._tickets[key], self._keys[ticket] = ticket, key
         if deadline is not None and self.timeout_s is None and deadline < self.pool.timeout_s:
             self._adaptive.add(ticket)
@@ -161,6 +172,8 @@ class StaticStage:
                     report.reason += (f" ({self.ADAPTIVE_FACTOR:g}x this session's median compile; the other "
                                       "configs compile far faster. compile_timeout= sets how long to wait at most)")
             self.reports[key] = report
+            if report.reason.startswith("compile timed out after"):
+                _TIMED_OUT[(report.kernel, report.dtype, key)] = report.reason.split(" (", 1)[0]
         if not known and (deadline := self.deadline_s()) is not None and deadline < self.pool.timeout_s:
             # The compiles submitted before the adaptive deadline was known (the session's first
             # configs) get it too, counted from their start: on the H200 one of tune-many's first
