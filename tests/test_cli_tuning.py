@@ -217,12 +217,20 @@ def test_sweep_appends_rows_the_table_reader_reads_and_resumes(capsys, tmp_path)
     assert code == 0 and "0 new rows" in out and len(_core.read_tables([str(out_file)])[0]) == 8
 
 
-def test_evaluate_in_the_interpreter_checks_and_times_the_config_against_torch(capsys):
+def test_evaluate_in_the_interpreter_checks_and_times_the_config_against_torch(capsys, tmp_path):
     config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
+    db = tmp_path / "r.db"
     code, out, _ = run(capsys, "evaluate", "--kernel", "matmul", "--shape", "M=40,N=33,K=64", "--precision", "fp32",
-                       "--interpret", "--config", json.dumps(config), "--json")
+                       "--interpret", "--config", json.dumps(config), "--json", "--db", str(db))
     result = json.loads(out)
     assert code == 0 and result["valid"] and result["measured"] and result["correct"]
     assert result["relerr"] < 1e-4 and result["ms"] > 0 and result["reference"]["name"] == "torch.matmul"
     assert result["reference"]["ms"] > 0 and "not GPU times" in result["note"]
     assert "tflops" not in result  # No fraction of a GPU's peak from a CPU's time.
+    # The measurement is in the store, as a tuning's are.
+    from dr_kernel.store import open_store
+
+    (problem,) = open_store(db).problems()
+    assert problem["family"] == "matmul" and problem["dtype"] == "fp32" and result["db"] == str(db)
+    ((stored_config, m),) = open_store(db).rows(problem)
+    assert stored_config == result["config"] and m["status"] == "ok" and m["ms"] == result["ms"] and "counters" not in m

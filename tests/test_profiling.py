@@ -32,6 +32,20 @@ def test_the_h200_report_of_the_matmul_reads_as_its_counters():
     assert format_counters(c).startswith("counters (ncu): achieved occupancy 12 %, L2 hit rate 64 %")
 
 
+def test_counters_are_stored_with_their_measurement_and_read_back(tmp_path):
+    from dr_kernel.profiling import read_stored_counters, stored_counters
+    from dr_kernel.store import open_store
+
+    (launch,) = parse_csv(REPORT.read_text())
+    c = counters(launch)
+    store = open_store(tmp_path / "r.db")
+    problem = {"family": "matmul", "shape": {"M": 4096, "N": 4096, "K": 4096}, "device": "NVIDIA H200", "dtype": ""}
+    store.add(problem, CONFIG, {"status": "ok", "ms": 0.193, "counters": stored_counters(c)}, "evaluate")
+    ((_, m),) = open_store(tmp_path / "r.db").rows(problem)
+    assert m["counters"]["stall_barrier"] == c["stalls"]["barrier"] and m["counters"]["registers_per_thread"] == 220
+    assert format_counters(read_stored_counters(m["counters"])) == format_counters(c)
+
+
 def test_a_report_without_launches_is_one_clear_error():
     with pytest.raises(ProfileError, match="no table of launches"):
         parse_csv("==PROF== Disconnected from process 1\n==WARNING== No kernels were profiled.\n")

@@ -87,6 +87,7 @@ nb::dict FromMeasurement(const Measurement& m) {
   d["n_regs"] = m.n_regs, d["n_spills"] = m.n_spills, d["shared"] = m.shared;
   d["occupancy"] = m.occupancy;
   d["error"] = m.error;
+  if (!m.counters.empty()) d["counters"] = FromNamed(m.counters);
   return d;
 }
 
@@ -106,6 +107,7 @@ Measurement ToMeasurement(const nb::dict& d) {
   if (d.contains("n_spills") && !d["n_spills"].is_none()) m.n_spills = nb::cast<int>(d["n_spills"]);
   if (d.contains("shared") && !d["shared"].is_none()) m.shared = nb::cast<int64_t>(d["shared"]);
   if (d.contains("error") && !d["error"].is_none()) m.error = nb::cast<std::string>(d["error"]);
+  if (d.contains("counters") && !d["counters"].is_none()) m.counters = ToNamed(nb::cast<nb::dict>(d["counters"]));
   return m;
 }
 

@@ -109,6 +109,23 @@ def counters(launch: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def stored_counters(c: Mapping[str, Any]) -> dict[str, float]:
+    """The counters as the results store keeps them with a measurement: one number per name,
+    the stall reasons as `stall_REASON` (the kernel's name is the problem's already)."""
+    out = {name: float(c[name]) for name in METRICS if isinstance(c.get(name), (int, float))}
+    out.update({f"stall_{reason}": float(v) for reason, v in c.get("stalls", {}).items()})
+    return out
+
+
+def read_stored_counters(c: Mapping[str, Any]) -> dict[str, Any]:
+    """stored_counters() back into counters()'s form (for format_counters)."""
+    out: dict[str, Any] = {k: v for k, v in c.items() if not k.startswith("stall_")}
+    stalls = {k[len("stall_"):]: v for k, v in c.items() if k.startswith("stall_")}
+    if stalls:
+        out["stalls"] = dict(sorted(stalls.items(), key=lambda kv: -kv[1]))
+    return out
+
+
 def format_counters(c: Mapping[str, Any]) -> str:
     """One line for people: the four rates and the top three stall reasons."""
     if "error" in c:

@@ -66,6 +66,10 @@ struct Measurement {
   int64_t shared = -1;   // Static shared memory in bytes.
   double occupancy = kNaN;  // Theoretical occupancy (resident warps / the SM's most) of the binary.
   std::string error;     // Why it failed, when it did.
+  // Hardware counters of one profiled launch (Nsight Compute's metric names, as dr-kernel evaluate
+  // --profile reads them: achieved occupancy, L2 hit rate, throughputs, stall reasons), in the order
+  // read; empty when the launch was not profiled.
+  NamedValues counters;
 
   bool ok() const { return status == Status::kOk; }
   // The time a tuner compares: ms for ok measurements, +inf otherwise.

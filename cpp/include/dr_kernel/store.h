@@ -51,7 +51,7 @@ class Store {
   // The schema this build writes (PRAGMA user_version); a database of a newer one is refused.
   // Version 2 added measurements.occupancy, version 3 winners.label, budget and launches; an older
   // file gains the columns when opened for writing.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   // Marks the file as a dr_kernel results database (PRAGMA application_id, "drkS").
   static constexpr int32_t kApplicationId = 0x64726b53;
 

@@ -61,7 +61,8 @@ CREATE TABLE IF NOT EXISTS measurements (
   error TEXT,
   t REAL,                -- Seconds since its recording started (the recorded tables' 't').
   source TEXT NOT NULL,  -- "gpu", "replay", a file name.
-  created REAL NOT NULL
+  created REAL NOT NULL,
+  counters TEXT          -- A JSON object of hardware counters of a profiled launch; NULL when none.
 );
 CREATE INDEX IF NOT EXISTS measurements_by_problem ON measurements(problem_id);
 CREATE TABLE IF NOT EXISTS winners (
@@ -78,7 +79,8 @@ CREATE TABLE IF NOT EXISTS winners (
 
 // The measurement columns in the order ReadRow reads them and InsertRow binds them.
 constexpr const char* kRowColumns =
-    "config, status, ms, ms_p20, ms_p80, compile_s, load_s, relerr, n_regs, n_spills, shared, occupancy, error, t";
+    "config, status, ms, ms_p20, ms_p80, compile_s, load_s, relerr, n_regs, n_spills, shared, occupancy, error, t, "
+    "counters";
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -323,7 +325,7 @@ std::vector<int64_t> InsertRows(sqlite3* db, const std::string& path, const Prob
                                 const std::vector<TableRow>& rows, const std::string& source) {
   Statement insert(db, path,
                    std::string("INSERT INTO measurements (problem_id, ") + kRowColumns +
-                       ", source, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       ", source, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    "adding a measurement");
   const double now = NowSeconds();
   std::vector<int64_t> ids;
@@ -348,8 +350,9 @@ std::vector<int64_t> InsertRows(sqlite3* db, const std::string& path, const Prob
     insert.Bind(13, m.occupancy);
     insert.BindOptional(14, m.error);
     insert.Bind(15, row.t);
-    insert.Bind(16, source);
-    insert.Bind(17, now);
+    insert.BindOptional(16, m.counters.empty() ? std::string() : ToJson(m.counters));
+    insert.Bind(17, source);
+    insert.Bind(18, now);
     insert.Run();
     ids.push_back(sqlite3_last_insert_rowid(db));
   }
@@ -389,6 +392,7 @@ TableRow ReadRow(const Statement& s, int first, const std::string& path) {
   m.occupancy = s.Double(first + 11);
   m.error = s.Text(first + 12);
   row.t = s.Double(first + 13);
+  if (!s.IsNull(first + 14)) m.counters = ParseStoredJson(path, s.Text(first + 14), "counters object");
   return row;
 }
 
@@ -500,6 +504,10 @@ Store::Store(const std::string& path, bool read_only) : path_(path) {
            "ALTER TABLE winners ADD COLUMN budget INTEGER NOT NULL DEFAULT 0; "
            "ALTER TABLE winners ADD COLUMN launches INTEGER NOT NULL DEFAULT 0",
            "upgrading the results database");
+    }
+    if (id.user_version >= 1 && id.user_version < 4) {
+      // Versions 1 to 3 lacked the hardware counters of a measurement: NULL (none) in their rows.
+      Exec(db, path_, "ALTER TABLE measurements ADD COLUMN counters TEXT", "upgrading the results database");
     }
     if (id.user_version < kSchemaVersion) {
       Exec(db, path_, kSchemaSql, "creating the results database");

@@ -89,6 +89,7 @@ void ExpectSameRow(const TableRow& want, const TableRow& got, const std::string&
   EXPECT_EQ(a.shared, b.shared);
   EXPECT_TRUE(SameNumber(a.occupancy, b.occupancy)) << a.occupancy << " vs " << b.occupancy;
   EXPECT_EQ(a.error, b.error);
+  EXPECT_EQ(ToJson(a.counters), ToJson(b.counters));
   EXPECT_TRUE(SameNumber(want.t, got.t)) << want.t << " vs " << got.t;
 }
 
@@ -178,6 +179,10 @@ TEST_F(StoreTest, AddedRowsReadBackFieldByField) {
   EXPECT_EQ(store.AddProblem(problem), id);  // An upsert: the same problem keeps its id.
 
   TableRow fast = OkRow(1024, 0.0291);
+  // As dr-kernel evaluate --profile reads them from Nsight Compute (tests/data/ncu_matmul_h200.csv).
+  fast.measurement.counters = {{"sm__warps_active.avg.pct_of_peak_sustained_active", 46.2},
+                               {"lts__t_sector_hit_rate.pct", 52.0},
+                               {"smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio", 1.23}};
   TableRow failed;
   failed.config = {{"BLOCK", int64_t{32768}}, {"num_warps", int64_t{1}}, {"num_stages", int64_t{4}}};
   failed.measurement.status = Status::kOutOfResources;
@@ -199,6 +204,8 @@ TEST_F(StoreTest, AddedRowsReadBackFieldByField) {
   ExpectSameRow(fast, rows[0], "fast");
   ExpectSameRow(failed, rows[1], "failed");
   ExpectSameRow(odd, rows[2], "odd");
+  // The counters survive the recorded-table format too.
+  ExpectSameRow(fast, WrittenAndParsed(store.Export())[0].rows[0], "written and parsed");
 
   const auto problems = store.Problems();
   ASSERT_EQ(problems.size(), 1u);
@@ -518,9 +525,14 @@ TEST_F(StoreTest, UpgradesAVersionOneFileKeepingItsRows) {
   rows = store.Rows(problem);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1].measurement.occupancy, 0.5);
+  EXPECT_TRUE(rows[0].measurement.counters.empty());  // Not profiled: no counters column then.
+  TableRow profiled = OkRow(256, 0.05);
+  profiled.measurement.counters = {{"lts__t_sector_hit_rate.pct", 68.5}};
+  store.Add(problem, profiled, "gpu");
+  EXPECT_EQ(ToJson(store.Rows(problem).back().measurement.counters), "{\"lts__t_sector_hit_rate.pct\":68.5}");
   // Opening the upgraded file again changes nothing.
   Store again(path_);
-  EXPECT_EQ(again.Count(problem), 2);
+  EXPECT_EQ(again.Count(problem), 3);
 }
 
 TEST_F(StoreTest, ReportsADamagedFile) {

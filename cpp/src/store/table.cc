@@ -145,6 +145,8 @@ void CombineRepeats(ProblemTable& table) {
       continue;
     }
     TableRow row = *ran.front();
+    for (const TableRow* r : ran)  // A profiled repeat's counters stand for the config.
+      if (row.measurement.counters.empty()) row.measurement.counters = r->measurement.counters;
     auto median_of = [&](double Measurement::*field) {
       std::vector<double> v;
       for (const TableRow* r : ran)
@@ -215,6 +217,7 @@ std::vector<ProblemTable> ParseTables(std::istream& in, const std::string& name)
       m.shared = r.Integer(row, "shared");
       m.occupancy = r.Number(row, "occupancy");
       if (row.contains("error") && !row["error"].is_null()) m.error = r.String(row, "error");
+      if (row.contains("counters") && !row["counters"].is_null()) m.counters = r.Object(row, "counters");
       if (m.ok() && !(m.ms > 0)) r.Fail("an 'ok' row needs a positive 'ms'");
       out.t = r.Number(row, "t");
       table.rows.push_back(std::move(out));
@@ -298,6 +301,7 @@ std::string MeasureRowJson(const Problem& problem, const TableRow& row) {
   PutNumber(out, "ms_p20", m.ms_p20);
   PutNumber(out, "ms_p80", m.ms_p80);
   if (!m.error.empty()) out += ",\"error\":" + ToJson(Value(m.error));
+  if (!m.counters.empty()) out += ",\"counters\":" + ToJson(m.counters);
   PutNumber(out, "t", row.t);
   return out + "}";
 }

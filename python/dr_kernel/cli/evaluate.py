@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from ..profiling import format_counters
 from . import common
@@ -91,6 +92,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                     result["counters"] = {"error": str(error)}
         else:
             result["valid"], result["reason"] = False, m.get("error") or m["status"]
+        result["db"] = _store_measurement(args, kernel, shape, dtype, config, m, result.get("counters"))
         if args.interpret:
             result["note"] = INTERPRETER_NOTE
     if args.json:
@@ -98,6 +100,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         _print_evaluation(result)
     return 0
+
+def _store_measurement(args, kernel, shape: dict, dtype: str, config: dict, m: dict, counters: dict | None) -> str:
+    """Adds the measurement (with its counters when profiled) to the results store, as a tuning's
+    measurements are, and returns the store's path; a store that cannot be written costs only the
+    row, with one line saying why."""
+    from ..profiling import stored_counters
+    from ..session import _storable, builtin_problem, device_name
+    from ..store import open_store
+
+    row = _storable(m)
+    if counters and "error" not in counters:
+        row["counters"] = stored_counters(counters)
+    try:
+        store = open_store(args.db)
+        store.add(builtin_problem(kernel, shape, dtype, device_name(args.interpret)), config, row, "evaluate")
+    except (OSError, ValueError, RuntimeError) as error:
+        print(f"note: the measurement was not stored ({error})", file=sys.stderr)
+        return ""
+    return str(store.path)
+
 
 def _print_evaluation(r: dict) -> None:
     shape = " ".join(f"{k}={v}" for k, v in r["shape"].items())
@@ -121,6 +143,8 @@ def _print_evaluation(r: dict) -> None:
         print(f"  launch: {r['status']}: {r.get('error') or ''}")
     if r.get("counters"):
         print("  " + format_counters(r["counters"]))
+    if r.get("db"):
+        print(f"  stored in {r['db']}")
     if r.get("note"):
         print(f"  note: {r['note']}")
 
@@ -137,6 +161,8 @@ def add_parser(sub) -> None:
                    "(or sm_90, sm_80, sm_89, sm_100); timed only if it is the visible GPU's architecture")
     p.add_argument("--profile", action="store_true",
                    help="also read the launch's hardware counters with Nsight Compute (ncu): occupancy, L2 hit "
-                   "rate, DRAM and SM throughput, stall reasons (about 10 s)")
+                   "rate, DRAM and SM throughput, stall reasons (about 10 s); stored with the measurement")
+    p.add_argument("--db", type=Path, help="the results store a measurement is added to (default: $DR_KERNEL_DB "
+                   "or the per-user cache)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with 'valid' and 'reason')")
     p.set_defaults(func=cmd_evaluate)
