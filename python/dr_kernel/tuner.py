@@ -127,12 +127,12 @@ class KernelJob(Job):
             pristine = dict(self.args)
         state = {"fn": fn, "pristine": pristine, "scratch": scratch_copies(pristine), "outputs": self.outputs_names,
                  "expected": None, "checked": self.check_results, "note": None}
-        if self.reference is not None:
-            result = self.reference(**pristine)
-            state["expected"] = list(result) if isinstance(result, (tuple, list)) else [result]
-            state["outputs"] = state["outputs"] or written_outputs(state)
-        elif self.reference_outputs is not None:
-            state["expected"] = [t.to(device) if is_tensor(t) else t for t in self.reference_outputs]
+        if self.reference is not None or self.reference_outputs is not None:  # The user's reference.
+            if self.reference is not None:
+                result = self.reference(**pristine)
+                state["expected"] = list(result) if isinstance(result, (tuple, list)) else [result]
+            else:  # Computed by the tuning process (the function could not travel here).
+                state["expected"] = [t.to(device) if is_tensor(t) else t for t in self.reference_outputs]
             state["outputs"] = state["outputs"] or written_outputs(state)
         elif self.reference_configs and self.check_results:
             self._reference_from_configs(state)
