@@ -425,4 +425,4 @@ def test_a_slow_compile_among_the_first_gets_the_deadline_once_it_is_known(monke
         took = time.monotonic() - start
     finally:
         stage.close()
-    assert not report.valid and report.reason.startswith("compile timed out before, on another problem") and took < 1
+    assert not report.valid and report.reason.startswith("compile timed out before, in an earlier tuning") and took < 1

@@ -130,7 +130,7 @@ class StaticStage:
         request = self.describe(config)
         earlier = _TIMED_OUT.get((request.kernel_name, request.dtype, key)) if self.timeout_s is None else None
         if earlier is not None:  # Its compile hangs whatever the shape: do not wait for it again.
-            self.reports[key] = failed_report(request, f"compile timed out before, on another problem of this kernel "
+            self.reports[key] = failed_report(request, f"compile timed out before, in an earlier tuning of this kernel "
                                               f"in this process ({earlier}); not compiled again", 0.0)
             return
         deadline = self.deadline_s()
