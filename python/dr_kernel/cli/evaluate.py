@@ -101,6 +101,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         _print_evaluation(result)
     return 0
 
+
 def _store_measurement(args, kernel, shape: dict, dtype: str, config: dict, m: dict, counters: dict | None) -> str:
     """Adds the measurement (with its counters when profiled) to the results store, as a tuning's
     measurements are, and returns the store's path; a store that cannot be written costs only the
