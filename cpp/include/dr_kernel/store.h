@@ -49,8 +49,8 @@ struct Winner {
 class Store {
  public:
   // The schema this build writes (PRAGMA user_version); a database of a newer one is refused.
-  // Version 2 added measurements.occupancy, version 3 winners.label, budget and launches; an older
-  // file gains the columns when opened for writing.
+  // Version 2 added measurements.occupancy, version 3 winners.label, budget and launches, version 4
+  // measurements.counters; an older file gains the columns when opened for writing.
   static constexpr int kSchemaVersion = 4;
   // Marks the file as a dr_kernel results database (PRAGMA application_id, "drkS").
   static constexpr int32_t kApplicationId = 0x64726b53;
