@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+COLLECT_ENV = "DR_KERNEL_COLLECT"  # dr_kernel.collect.ENV (not imported: this head never imports dr_kernel).
 
 
 def run_steps(args: argparse.Namespace) -> dict:
@@ -75,6 +76,9 @@ def main() -> int:
     p.add_argument("--budget", type=int, default=40, help="evaluations per key in tune-many (default 40)")
     p.add_argument("--address", help="a Ray cluster's address for tune-many (default: this machine)")
     p.add_argument("--measurers", type=int, help="tune-many's measuring workers (default: one per GPU)")
+    p.add_argument("--tune-seconds", type=float,
+                   help="tune-many's --max-seconds: keys not started by then keep their first config in the step "
+                        "after (a second run with the same --out tunes them)")
     p.add_argument("--interpret", action="store_true", help="Triton's interpreter on the CPU, at toy sizes")
     p.add_argument("--run", choices=["default", "torch", "tuned"], help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -95,10 +99,11 @@ def main() -> int:
     result: dict = {"shape": {"tokens": args.tokens, "dim": args.dim, "heads": args.heads, "ffn": args.ffn,
                               "vocab": args.vocab}, "budget": args.budget, "interpreted": args.interpret}
 
-    def steps(mode: str, *extra: str) -> dict:
+    def steps(mode: str, collect: str | None = None) -> dict:
         started = time.perf_counter()
-        done = subprocess.run([*me, "--run", mode, "--steps", str(args.steps), "--warmup", str(args.warmup), *extra],
-                              env={**env, "TUNE_MANY_BLOCK_MODE": mode}, capture_output=True, text=True)
+        done = subprocess.run([*me, "--run", mode, "--steps", str(args.steps), "--warmup", str(args.warmup)],
+                              env={**env, "TUNE_MANY_BLOCK_MODE": mode, **({COLLECT_ENV: collect} if collect else {})},
+                              capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"the {mode} run failed:\n{done.stderr[-4000:]}")
         out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -117,7 +122,8 @@ def main() -> int:
     result["collect"] = {"wall_s": time.perf_counter() - started, "said": collect.stdout.strip().splitlines()[-1]}
     print(result["collect"]["said"], file=sys.stderr)
     engine = [*(["--address", args.address] if args.address else []),
-              *(["--measurers", str(args.measurers)] if args.measurers else [])]
+              *(["--measurers", str(args.measurers)] if args.measurers else []),
+              *(["--max-seconds", str(args.tune_seconds)] if args.tune_seconds else [])]
     started = time.perf_counter()
     tuned = subprocess.run([sys.executable, "-m", "dr_kernel", "tune-many", str(work), "--db", str(db), "--json",
                             "--budget", str(args.budget), "--inputs", "tune_many_block:valid_inputs", *engine],
@@ -126,9 +132,15 @@ def main() -> int:
         print(tuned.stderr[-4000:], file=sys.stderr)
         raise SystemExit(f"tune-many exited with status {tuned.returncode}")
     result["tune_many"] = {**json.loads(tuned.stdout.strip().splitlines()[-1]),
-                           "process_s": time.perf_counter() - started}
+                           "process_s": time.perf_counter() - started,
+                           # tune-many's line per key: "[n] label: E evaluations, best T ms (W s)" or "failed: why".
+                           "per_key": [line for line in tuned.stderr.splitlines() if line.startswith("[")]}
     print(f"tune-many: {json.dumps(result['tune_many'])}", file=sys.stderr)
-    result["after"] = steps("tuned")
+    # Keys left by --tune-seconds launch their first config, untuned: the after step runs in
+    # collect mode (stored winners, else the first config; nothing tuned), into a scratch list.
+    left = result["tune_many"].get("left") or []
+    result["keys_left_untuned"] = left
+    result["after"] = steps("tuned", collect=str(args.out / "after.jsonl") if left else None)
     result["speedup_over_default"] = {t: result["default"]["tokens"][t]["step_ms"] / a["step_ms"]
                                       for t, a in result["after"]["tokens"].items()}
     result["speedup_over_torch"] = {t: result["torch"]["tokens"][t]["step_ms"] / a["step_ms"]

@@ -147,6 +147,35 @@ def test_tune_many_without_ray_on_a_process_pool_resumes_after_an_interruption(w
     assert run_program(db) == {"evaluations": 0}  # The program's next run launches the stored winners.
 
 
+def test_a_window_of_max_seconds_starts_no_entry_after_it_and_the_next_run_tunes_the_rest(work_list, tmp_path):
+    from dr_kernel.distributed import PoolEngine
+
+    # The engine: one worker, items of 0.4 s each, a window of 1 s: the items started finish, the
+    # rest are left, none is lost or run twice.
+    engine = PoolEngine(1, program_env(tmp_path / "unused.db"))
+    arrived: list[str] = []
+    try:
+        import time
+
+        report = engine.run([(f"item{i}", "time:sleep", 0.4) for i in range(8)], lambda i, _: arrived.append(i),
+                            deadline=time.monotonic() + 1.0)
+    finally:
+        engine.close()
+    assert 1 <= len(arrived) < 8 and report.left == [f"item{i}" for i in range(len(arrived), 8)]
+    assert arrived == [f"item{i}" for i in range(len(arrived))] and not report.failed
+
+    # tune-many: a window that closes before the first hand-out tunes nothing, says so, exits 1,
+    # and the store stays as it was; the entries are the next run's.
+    db = tmp_path / "results.db"
+    out = dr_kernel("tune-many", str(work_list), "--backend", "pool", "--max-seconds", "0.001", "--db", str(db),
+                    env=program_env(db), check=False)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "20 keys not started in --max-seconds 0.001: run the same command again to tune them" in out.stdout
+    assert open_store(db).count() == 0
+    bad = dr_kernel("tune-many", str(work_list), "--max-seconds", "0", env=program_env(db), check=False)
+    assert bad.returncode == 2 and "--max-seconds 0: give a number at least 0.001" in bad.stderr
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """A Ray cluster of three nodes on this machine: a head without GPUs and two nodes with one

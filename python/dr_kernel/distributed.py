@@ -50,13 +50,15 @@ def ray_available() -> bool:
 @dataclass
 class RunReport:
     """What an engine did: its kind, its measuring workers, the items handed out again after a
-    worker died (`requeued`), those given up (`failed`: id → reason) and where results came from."""
+    worker died (`requeued`), those given up (`failed`: id → reason), where results came from, and
+the items not started before the run's deadline (`left`)."""
 
     backend: str
     workers: int
     requeued: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     hosts: collections.Counter = field(default_factory=collections.Counter)
+    left: list[str] = field(default_factory=list)  # Items not handed out before the run's deadline.
 
 
 def make_engine(address: str | None = None, backend: str = "auto", measurers: int | None = None,
@@ -274,7 +276,10 @@ class RayEngine:
         self.attempts = attempts
         self._busy: dict[Any, tuple[int, Item, int]] = {}
 
-    def run(self, items: Sequence[Item], on_result: Callable[[str, Any], None], stall_s: float = 600.0) -> RunReport:
+    def run(self, items: Sequence[Item], on_result: Callable[[str, Any], None], stall_s: float = 600.0,
+            deadline: float | None = None) -> RunReport:
+        """Hands the items out, one per free actor, until every one has a result; past `deadline`
+        (time.monotonic()) no new item starts: those still queued are left in report.left."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
@@ -287,6 +292,11 @@ class RayEngine:
         where: dict[int, str] = {}
         quiet_since = time.monotonic()
         while queue or busy:
+            if queue and deadline is not None and time.monotonic() > deadline:
+                report.left.extend(item[0] for item, _ in queue)
+                queue.clear()
+                if not busy:
+                    break
             while queue and free:
                 index = free.popleft()
                 item, attempt = queue.popleft()
@@ -449,13 +459,19 @@ class PoolEngine:
             self.children[index] = _Child(env, self.compile_workers)
         return self.children[index]
 
-    def run(self, items: Sequence[Item], on_result: Callable[[str, Any], None]) -> RunReport:
+    def run(self, items: Sequence[Item], on_result: Callable[[str, Any], None],
+            deadline: float | None = None) -> RunReport:
+        """As RayEngine.run: past `deadline` (time.monotonic()) no new item starts."""
         from multiprocessing.connection import wait
 
         report = RunReport("pool", len(self.devices))
         queue = collections.deque((item, 1) for item in items)
         host = _host()
         while queue or any(c is not None and c.item is not None for c in self.children):
+            if queue and deadline is not None and time.monotonic() > deadline:
+                report.left.extend(item[0] for item, _ in queue)
+                queue.clear()
+                continue
             for index in range(len(self.devices)):
                 child = self._child(index)
                 if child.item is None and queue:

@@ -135,6 +135,7 @@ class TuneManyReport:
     wall_s: float = 0.0
     engine: Any = None
     moved: list[str] = field(default_factory=list)  # Keys the workers stored under another key (another device).
+    left: list[str] = field(default_factory=list)  # Keys not started before max_seconds ran out.
 
 
 def plan(entries: list[dict], store) -> tuple[list[dict], int]:
@@ -164,12 +165,14 @@ def worker_env(roots: list[str], interpret: bool, switch: str | None = None) -> 
 def tune_many(work: str | os.PathLike, *, db: str | os.PathLike | None = None, address: str | None = None,
               backend: str = "auto", measurers: int | None = None, budget: int | None = None, seed: int = 0,
               inputs: str | None = None, on_result: Callable[[dict, Any], None] | None = None,
-              engine: Any = None) -> TuneManyReport:
+              engine: Any = None, max_seconds: float | None = None) -> TuneManyReport:
     """Tunes every entry of the work list `work` whose key the store `db` has no winner for, and
     writes each result to that store as it arrives. `budget` overrides the kernels' max_evals;
     `inputs` is "module:function", the hook that rebuilds arguments random data cannot stand for.
     `on_result(result, engine)` sees each result after it is stored. `engine` is one from
-    distributed.make_engine to use (and leave open); by default one is made and closed."""
+    distributed.make_engine to use (and leave open); by default one is made and closed.
+    `max_seconds` (a GPU reservation's window) stops handing out entries that many seconds after
+    the start; those started finish, the others are report.left, for the next run to tune."""
     from .store import open_store
 
     started = time.perf_counter()
@@ -179,6 +182,8 @@ def tune_many(work: str | os.PathLike, *, db: str | os.PathLike | None = None, a
         raise ValueError(f"{work} holds entries collected on {', '.join(sorted(devices))}; tune one device's at a time")
     if budget is not None and budget < 1:
         raise ValueError(f"budget={budget}: give at least 1 evaluation")
+    if max_seconds is not None and not max_seconds > 0:
+        raise ValueError(f"max_seconds={max_seconds}: give a positive number of seconds")
     _resolve(inputs)  # A hook that cannot be imported here is refused before any worker starts.
     store = open_store(db)
     todo, stored = plan(entries, store)
@@ -216,8 +221,11 @@ def tune_many(work: str | os.PathLike, *, db: str | os.PathLike | None = None, a
 
     items = [(e["id"], "dr_kernel.tune_many:tune_entry", {"entry": e, "budget": budget, "seed": seed,
                                                            "inputs": inputs}) for e in todo]
+    # The engines count on time.monotonic(); the window counts from this call's start.
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds - (time.perf_counter() - started)
     try:
-        report.engine = engine.run(items, arrived)
+        report.engine = engine.run(items, arrived, deadline=deadline)
+        report.left = [by_id[i]["label"] for i in report.engine.left]
     finally:
         if own:
             engine.close()

@@ -8,7 +8,7 @@ import math
 import sys
 from pathlib import Path
 
-from .common import UsageError, _check_range
+from .common import MAX, UsageError, _check_range
 
 
 def engine_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def engine_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_tune_many(args: argparse.Namespace) -> int:
     from ..tune_many import tune_many
 
-    _check_range(args, budget=(1, 100_000), measurers=(1, 4096), seed=(0, 2**63 - 1))
+    _check_range(args, budget=(1, 100_000), measurers=(1, 4096), seed=(0, 2**63 - 1), max_seconds=(1e-3, MAX))
     done = [0]
 
     def show(result: dict, engine) -> None:
@@ -41,14 +41,15 @@ def cmd_tune_many(args: argparse.Namespace) -> int:
     try:
         report = tune_many(args.work, db=args.db, address=args.address, backend=args.backend or "auto",
                            measurers=args.measurers, budget=args.budget, seed=args.seed, inputs=args.inputs,
-                           on_result=show)
+                           on_result=show, max_seconds=args.max_seconds)
     except (ImportError, AttributeError) as e:
         raise UsageError(f"--inputs {args.inputs}: {e}") from None
     engine = report.engine
     out = {"entries": report.entries, "keys": report.keys, "already_stored": report.stored_before,
            "tuned": len(report.tuned), "failed": report.failed, "rows": report.rows, "wall_s": report.wall_s,
            "backend": engine.backend if engine else None, "workers": engine.workers if engine else 0,
-           "requeued": engine.requeued if engine else 0, "by_host": dict(engine.hosts) if engine else {}}
+           "requeued": engine.requeued if engine else 0, "by_host": dict(engine.hosts) if engine else {},
+           "left": report.left}
     if args.json:
         print(json.dumps(out))
     else:
@@ -56,10 +57,13 @@ def cmd_tune_many(args: argparse.Namespace) -> int:
         print(f"{args.work}: {report.entries} entries, {report.keys} keys: {report.stored_before} already stored, "
               f"{len(report.tuned)} tuned{where} ({report.rows} measurements stored, {out['requeued']} handed out "
               f"again after a worker died), {len(report.failed)} failed; {report.wall_s:.1f} s")
+        if report.left:
+            print(f"{len(report.left)} keys not started in --max-seconds {args.max_seconds:g}: run the same command "
+                  "again to tune them")
         if report.moved:
             print(f"note: {len(report.moved)} winners are stored for the workers' device or Triton, not the one the "
                   "work list was collected on; the program finds them only there")
-    return 1 if report.failed else 0
+    return 1 if report.failed or report.left else 0
 
 
 def add_parser(sub) -> None:
@@ -76,5 +80,8 @@ def add_parser(sub) -> None:
     p.add_argument("--inputs", metavar="MODULE:FUNCTION",
                    help="a function (kernel name, arguments, device) -> the arguments to use instead, for inputs "
                         "random data cannot stand for (index tensors that must be sorted, objects)")
+    p.add_argument("--max-seconds", type=float,
+                   help="start no entry after this many seconds (a GPU reservation's window); the entries started "
+                        "finish and are stored, the rest are tuned by the next run (exit status 1 until then)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_tune_many)
