@@ -1,7 +1,7 @@
 """First call and steady state of real libraries' autotuned ops: stock triton.autotune against
 dr_kernel's drop-in (install(), no edit of the library), on the GPU.
 
-    python3 benchmarks/library_bench.py --out DIR [--ops gems_layer_norm,...] [--modes floor,stock,dr,widen]
+    python3 benchmarks/library_bench.py --out DIR [--ops gems_layer_norm,...] [--modes floor,stock,dr,widen] [--warm]
 
 Each (op, mode) runs in a fresh process with a fresh Triton cache and a fresh results store, so
 every first call compiles and tunes from nothing. Mode `floor` keeps only each list's first
@@ -180,7 +180,21 @@ def pin_first_configs() -> None:
     triton.autotune = triton.runtime.autotune = autotuner.autotune = first_only
 
 
-def child(op: str, mode: str, profile: bool = False) -> dict:
+def warm_process() -> None:
+    """--warm: a plain PyTorch forward and backward (no Triton, no library) before the first call,
+    as a training step has run other ops before a library's: CUDA's, cuBLAS's and autograd's
+    one-time costs are then paid outside the timed call, for every mode alike."""
+    import torch
+    import torch.nn.functional as F
+
+    a = torch.randn(TOKENS, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(HIDDEN, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y = F.layer_norm(F.gelu(F.linear(a, w)), (HIDDEN,)).softmax(-1)
+    y.backward(torch.ones_like(y))
+    torch.cuda.synchronize()
+
+
+def child(op: str, mode: str, profile: bool = False, warm: bool = False) -> dict:
     import torch
     from triton import knobs
 
@@ -197,6 +211,8 @@ def child(op: str, mode: str, profile: bool = False) -> dict:
 
         dr_kernel.install(widen=mode == "widen")
     step = make_op(op)
+    if warm:
+        warm_process()
     torch.cuda.synchronize()
     profiler = cProfile.Profile() if profile else None
     start = time.perf_counter()
@@ -217,7 +233,7 @@ def child(op: str, mode: str, profile: bool = False) -> dict:
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
-    result = {"op": op, "mode": mode, "first_s": first, "step_ms": statistics.median(times),
+    result = {"op": op, "mode": mode, "warm": warm, "first_s": first, "step_ms": statistics.median(times),
               "step_ms_p20_p80": statistics.quantiles(times, n=5)[::3], "gpu_ms": gpu_time_ms(step),
               "compiles_in_process": compiles, "kernels": tuned_kernels()}
     if profiler is not None:
@@ -247,10 +263,12 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=240)
     p.add_argument("--deadline", type=float, default=1e9, help="seconds after which no new run starts")
     p.add_argument("--profile", action="store_true", help="profile each first call (cProfile, in the rows)")
+    p.add_argument("--warm", action="store_true",
+                   help="run a plain PyTorch forward and backward before each first call (warm_process)")
     p.add_argument("--child", nargs=2, metavar=("OP", "MODE"))
     args = p.parse_args()
     if args.child:
-        print("RESULT " + json.dumps(child(*args.child, profile=args.profile)))
+        print("RESULT " + json.dumps(child(*args.child, profile=args.profile, warm=args.warm)))
         return 0
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "library_bench.jsonl")
@@ -266,7 +284,8 @@ def main() -> int:
                 env.pop("DR_KERNEL_AUTOTUNE", None)
                 t0 = time.time()
                 try:
-                    command = [sys.executable, __file__, "--out", args.out, "--child", op, mode]
+                    command = [sys.executable, __file__, "--out", args.out, "--child", op, mode,
+                               *(["--warm"] if args.warm else [])]
                     profiled = args.profile and mode not in ("stock", "floor")
                     out = subprocess.run(command + (["--profile"] if profiled else []),
                                          capture_output=True, text=True, env=env, timeout=args.timeout)
