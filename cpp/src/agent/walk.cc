@@ -105,6 +105,26 @@ Walk::Walk(const Space& space, const Prior& prior, std::vector<double> problem_f
                      " parameters; this one has " + std::to_string(space.num_params()) +
                      ": use another strategy (anneal, genetic) or fix some parameters");
   problem_features_.resize(kProblemFeatures, 0.0);
+  same_pairs_.assign(space.num_params(), 0);
+  differing_pairs_.assign(space.num_params(), 0);
+}
+
+bool Walk::Inert(size_t param) const {
+  return inert_pairs_ > 0 && param < same_pairs_.size() && same_pairs_[param] >= inert_pairs_ &&
+         differing_pairs_[param] == 0;
+}
+
+bool Walk::Covered(const Config& config) const {
+  std::vector<uint8_t> inert(space_.num_params(), 0);
+  bool any = false;
+  for (size_t p = 0; p < inert.size(); ++p) any |= (inert[p] = Inert(p)) != 0;
+  if (!any) return false;
+  for (const Config& m : ok_configs_) {
+    bool same = true;
+    for (size_t p = 0; p < inert.size() && same; ++p) same = inert[p] || m[p] == config[p];
+    if (same) return true;
+  }
+  return false;
 }
 
 void Walk::Beliefs(uint64_t index, const std::vector<double>& here, double* mean, double* std,
@@ -213,8 +233,10 @@ double Walk::GainChance(double gain) const {
   double most = 0;
   auto consider = [&](uint64_t i) {
     if (measured_.count(i)) return;
+    const Config c = space_.FromIndex(i);
+    if (Covered(c)) return;  // Its time is one measured already.
     double mean = 0, std = 0, p_fail = 0;
-    Beliefs(i, space_.Encode(space_.FromIndex(i)), &mean, &std, &p_fail);
+    Beliefs(i, space_.Encode(c), &mean, &std, &p_fail);
     const double spread = std::sqrt(std * std + unexplained);
     const double faster = spread > 0 ? 0.5 * std::erfc((mean - target) / (spread * std::sqrt(2.0)))
                                      : (mean < target ? 1.0 : 0.0);
@@ -247,7 +269,9 @@ std::optional<Config> Walk::JumpTarget() const {
     const uint64_t left = order.size() - order_start_;
     for (int draw = 0; draw < 4 * kAvoidFailDraws; ++draw) {
       const uint64_t i = order[order_start_ + rng_.Below(left)];
-      if (measured_.count(i) || (draw < kAvoidFailDraws && PFail(space_.FromIndex(i)) > 0.5)) continue;
+      if (measured_.count(i) || (draw < kAvoidFailDraws && PFail(space_.FromIndex(i)) > 0.5) ||
+          Covered(space_.FromIndex(i)))
+        continue;
       jump_ = space_.FromIndex(i);
       return jump_;
     }
@@ -256,6 +280,7 @@ std::optional<Config> Walk::JumpTarget() const {
   double best_score = kInf;
   auto consider = [&](uint64_t i) {
     const Config c = space_.FromIndex(i);
+    if (Covered(c)) return;
     double mean = 0, std = 0, p_fail = 0;
     Beliefs(i, space_.Encode(c), &mean, &std, &p_fail);
     // A Thompson-style draw: the optimistic score plus a quarter of the belief's uncertainty times N(0, 1).
@@ -268,7 +293,7 @@ std::optional<Config> Walk::JumpTarget() const {
   };
   int compared = 0;
   for (size_t i = order_start_; i < order.size() && compared < kJumpCandidates; ++i) {
-    if (measured_.count(order[i])) continue;
+    if (measured_.count(order[i]) || Covered(space_.FromIndex(order[i]))) continue;
     consider(order[i]);
     ++compared;
   }
@@ -297,7 +322,10 @@ std::optional<Move> Walk::Resolve(int action) const {
   auto target = space_.Move(position_, param, action % 2 ? 1 : -1);
   if (!target || !space_.IsValid(*target)) return std::nullopt;
   const auto it = measured_.find(space_.Index(*target));
-  if (it == measured_.end()) return Move{*target, true};
+  if (it == measured_.end()) {
+    if (Inert(param) || Covered(*target)) return std::nullopt;  // It would time a binary already timed.
+    return Move{*target, true};
+  }
   if (!it->second.ok || free_streak_ >= kMaxFreeStreak) return std::nullopt;
   return Move{*target, false};
 }
@@ -340,6 +368,18 @@ void Walk::Observe(const Config& config, const Measurement& m) {
     pair_predicted_.push_back(Predict(config));
     pair_measured_.push_back(log_ms);
     rank_correlation_ = RankCorrelation(pair_predicted_, pair_measured_, trust_config_.min_pairs);
+  }
+  if (ok) {
+    // Pairs with the ok configs measured before that differ from this one in one parameter only.
+    for (const Config& other : ok_configs_) {
+      size_t differs = 0, param = 0;
+      for (size_t p = 0; p < config.size() && differs < 2; ++p)
+        if (other[p] != config[p]) ++differs, param = p;
+      if (differs != 1) continue;
+      const double other_log = measured_.at(space_.Index(other)).log_ms;
+      (other_log == log_ms ? same_pairs_ : differing_pairs_)[param] += 1;
+    }
+    ok_configs_.push_back(config);
   }
   measured_[index] = {ok, log_ms, m.n_regs, m.n_spills, m.shared};
   jump_known_ = false;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "dr_kernel/agent/tuning_env.h"
@@ -54,6 +55,21 @@ Prior PriorOf(const Truth& t, double sign, double noise, uint64_t seed) {
   prior.trust = 0.5;
   prior.Rank(t.space);
   return prior;
+}
+
+// The recorded softmax's configs by value: BLOCK, num_warps, num_stages.
+Config SoftmaxAt(const Truth& t, int block, int warps, int stages) {
+  const auto c = t.space.Find({{"BLOCK", Value(int64_t{block})}, {"num_warps", Value(int64_t{warps})},
+                               {"num_stages", Value(int64_t{stages})}});
+  EXPECT_TRUE(c.has_value()) << block << " " << warps << " " << stages;
+  return *c;
+}
+
+size_t ParamIndex(const Space& space, const std::string& name) {
+  for (size_t p = 0; p < space.num_params(); ++p)
+    if (space.params()[p].name == name) return p;
+  ADD_FAILURE() << name;
+  return 0;
 }
 
 // Measures `n` configs by jumping, as a walk does before it has a position worth walking from.
@@ -266,6 +282,68 @@ TEST(WalkBeliefTest, FailuresMakeTheirNeighboursLikelyToFail) {
   EXPECT_GT(s.PFail(near), 0.3);
   EXPECT_NEAR(s.PFail(far), 0.1, 0.02);
   EXPECT_GT(s.PFail(failed), 0.5);
+}
+
+// The recorded softmax of 2048 x 16384 has nothing for num_stages to pipeline: its sweep copied one
+// binary's time to every num_stages (45 groups of 4 alike). Two such pairs make num_stages inert:
+// moves along it are masked, and neither a move nor a jump measures a config whose other values
+// were measured already. A pair that then differs makes it count again.
+TEST(WalkInertTest, AParameterWhoseChangesTimeTheSameBinaryIsNotMeasuredAgain) {
+  const Truth& t = Softmax();
+  const Prior prior = PriorOf(t, 1, 0.3, 7);
+  const size_t stages = ParamIndex(t.space, "num_stages"), block = ParamIndex(t.space, "BLOCK");
+  Walk s(t.space, prior, {}, 100, {}, 3);
+  s.DetectInert(kInertPairs);
+  auto measure = [&](const Config& c) { s.TakeMeasured(Move{c, true}, MeasurementOf(t, c)); };
+  measure(SoftmaxAt(t, 2048, 8, 1));
+  measure(SoftmaxAt(t, 2048, 8, 2));
+  EXPECT_FALSE(s.Inert(stages));  // One pair alike could be the timer's resolution.
+  measure(SoftmaxAt(t, 4096, 8, 1));
+  EXPECT_FALSE(s.Inert(block));  // BLOCK changed the time.
+  measure(SoftmaxAt(t, 4096, 8, 3));
+  ASSERT_TRUE(s.Inert(stages));
+  s.DetectInert(0);  // Off (simulated training): nothing is inert, nothing covered.
+  EXPECT_FALSE(s.Inert(stages));
+  EXPECT_FALSE(s.Covered(SoftmaxAt(t, 4096, 8, 4)));
+  s.DetectInert(kInertPairs);
+  EXPECT_TRUE(s.Covered(SoftmaxAt(t, 4096, 8, 4)));
+  EXPECT_FALSE(s.Covered(SoftmaxAt(t, 4096, 16, 4)));  // num_warps 16 was never measured.
+  EXPECT_FALSE(s.Resolve(2 * static_cast<int>(stages) + 1).has_value());  // At 4096, 8, 3: 4 is covered.
+  for (int i = 0; i < 30; ++i) {
+    const auto move = s.Resolve(kJump);
+    ASSERT_TRUE(move.has_value());
+    EXPECT_FALSE(s.Covered(move->config)) << i;
+    measure(move->config);
+  }
+  const size_t warps = ParamIndex(t.space, "num_warps");
+  std::set<std::pair<int32_t, int32_t>> timed;  // (BLOCK, num_warps) of every ok config measured.
+  int measured = 0;
+  t.space.ForEach([&](const Config& c) {
+    if (!s.Measured(c) || !MeasurementOf(t, c).ok()) return true;
+    ++measured;
+    timed.insert({c[block], c[warps]});
+    return true;
+  });
+  // Besides the two pairs that taught it, every ok config measured is a binary of its own.
+  EXPECT_EQ(measured, static_cast<int>(timed.size()) + 2);
+
+  // A pair along num_stages that differs (a kernel that does pipeline somewhere) ends it: one of
+  // the (BLOCK, num_warps) never measured, its num_stages 2 recorded 1.5x slower than its 1.
+  std::optional<Config> fresh;
+  t.space.ForEach([&](const Config& c) {
+    if (c[stages] != 0 || !MeasurementOf(t, c).ok() || timed.count({c[block], c[warps]})) return true;
+    fresh = c;
+    return false;
+  });
+  ASSERT_TRUE(fresh.has_value());
+  measure(*fresh);
+  Config next = *fresh;
+  next[stages] = 1;
+  Measurement slower = MeasurementOf(t, *fresh);
+  slower.ms *= 1.5;
+  s.Record(next, slower);
+  EXPECT_FALSE(s.Inert(stages));
+  EXPECT_FALSE(s.Covered(SoftmaxAt(t, 4096, 8, 4)));
 }
 
 TEST(WalkSeedTest, TheSeedChangesUncertainJumpsAndOnlyTheSeed) {

@@ -110,8 +110,10 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   const int walkers = static_cast<int>(std::max<int64_t>(1, options.Int("walkers")));
   std::vector<agent::Walk> walks;
   // Each walker explores with its own seed drawn from the session's: runs differ with the seed.
-  for (int w = 0; w < walkers; ++w)
+  for (int w = 0; w < walkers; ++w) {
     walks.emplace_back(space, *prior, features, planned, agent::RewardConfig{}, rng.Next());
+    walks.back().DetectInert(static_cast<int>(options.Int("inert")));
+  }
   double epsilon = options.Get("epsilon");
   const double decay = options.Get("decay");
   // Online fine-tuning: the session's own copy of the policy, updated from its walkers' decisions.
@@ -237,7 +239,10 @@ StrategyInfo PpoStrategy() {
                     "than the best is below this (0: use the whole budget)", 0},
            {"stop_gain", "the gain, as a fraction, that adaptive stopping looks for", 0.05},
            {"stop_after", "measurements before adaptive stopping may end a session", 6},
-           {"stop_trust", "trust in the beliefs below which adaptive stopping never ends a session", 0.5}},
+           {"stop_trust", "trust in the beliefs below which adaptive stopping never ends a session", 0.5},
+           {"inert", "after this many pairs of configs that differ in one parameter only and measured the same "
+                     "time (the same binary, copied), and none that differed, the parameter is inert: no move "
+                     "or jump measures a config whose other values were measured (0: off)", agent::kInertPairs}},
           Run};
 }
 

@@ -24,6 +24,9 @@ inline constexpr int kSlots = 8;
 // measures the most promising config the walk has not measured (a restart elsewhere).
 inline constexpr int kJump = 2 * kSlots;
 inline constexpr int kNumActions = 2 * kSlots + 1;
+// Pairs of identical times after which a parameter counts as inert (Walk::DetectInert): one could
+// be a coincidence of the timer's resolution on a microsecond kernel, two in a row hardly.
+inline constexpr int kInertPairs = 2;
 // Sizes of the observation's parts.
 inline constexpr int kGlobalFeatures = 13;
 inline constexpr int kProblemFeatures = 4;
@@ -163,6 +166,20 @@ class Walk {
   double random_jump_probability() const;
   int ranked_pairs() const { return static_cast<int>(pair_predicted_.size()); }
 
+  // Turns on inert parameters (off by default, as in simulated training): a parameter is inert
+  // once at least `pairs` pairs of ok configs that differ only in it measured exactly the same time
+  // (the session copies the result of a config whose binary is one measured before, and so does a
+  // recorded table: a softmax's num_stages when its loop has nothing to pipeline) and no such pair
+  // differed. 0 turns it off.
+  void DetectInert(int pairs) {
+    inert_pairs_ = pairs;
+    jump_known_ = false;
+  }
+  bool Inert(size_t param) const;
+  // Whether an unmeasured config differs from a measured one only in inert parameters: measuring
+  // it would time a binary already timed. Moves onto it are masked and jumps pass it over.
+  bool Covered(const Config& config) const;
+
   bool has_position() const { return has_position_; }
   const Config& position() const { return position_; }
   int64_t evals() const { return evals_; }
@@ -194,6 +211,11 @@ class Walk {
   RewardConfig rewards_;
 
   std::unordered_map<uint64_t, Result> measured_;
+  // Per parameter: pairs of ok measurements differing only in it with the same time, and with
+  // different times (see Inert); and the ok configs measured, for Covered.
+  std::vector<int> same_pairs_, differing_pairs_;
+  int inert_pairs_ = 0;
+  std::vector<Config> ok_configs_;
   // Residuals of ok measurements against the prior, for the online correction.
   std::vector<std::vector<double>> residual_at_;
   std::vector<double> residual_;
