@@ -204,6 +204,26 @@ def test_sweep_records_chunks_on_the_cluster_and_resumes(cluster, tmp_path):
     assert again.recorded == 0 and again.skipped == 6 and out.read_text().count("\n") == 7
 
 
+def test_on_ray_no_item_starts_after_the_deadline_and_those_started_finish(cluster, tmp_path):
+    import time
+
+    from dr_kernel.distributed import RayEngine
+
+    # Two actors (one per GPU node), items of 0.5 s, a window of 1.2 s: the items started finish,
+    # the rest are left, in their order, none lost or run twice.
+    engine = RayEngine(None, None, {"PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])})
+    arrived: list[str] = []
+    try:
+        engine.run([("warm-up", "time:sleep", 0.0)], lambda i, _: None)  # The actors' start is not timed.
+        report = engine.run([(f"item{i}", "time:sleep", 0.5) for i in range(12)], lambda i, _: arrived.append(i),
+                            deadline=time.monotonic() + 1.2)
+    finally:
+        engine.close()
+    assert 2 <= len(arrived) < 12 and not report.failed
+    assert sorted(arrived) == sorted(f"item{i}" for i in range(len(arrived)))
+    assert report.left == [f"item{i}" for i in range(len(arrived), 12)]
+
+
 def test_tune_many_on_a_ray_cluster_survives_a_killed_actor_and_a_lost_node(cluster, work_list, tmp_path):
     nodes, workers = cluster
     db = tmp_path / "results.db"

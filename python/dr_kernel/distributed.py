@@ -51,7 +51,7 @@ def ray_available() -> bool:
 class RunReport:
     """What an engine did: its kind, its measuring workers, the items handed out again after a
     worker died (`requeued`), those given up (`failed`: id → reason), where results came from, and
-the items not started before the run's deadline (`left`)."""
+    the items not started before the run's deadline (`left`)."""
 
     backend: str
     workers: int
