@@ -323,7 +323,7 @@ std::optional<Move> Walk::Resolve(int action) const {
   if (!target || !space_.IsValid(*target)) return std::nullopt;
   const auto it = measured_.find(space_.Index(*target));
   if (it == measured_.end()) {
-    if (Inert(param) || Covered(*target)) return std::nullopt;  // It would time a binary already timed.
+    if (Covered(*target)) return std::nullopt;  // It would time a binary already timed.
     return Move{*target, true};
   }
   if (!it->second.ok || free_streak_ >= kMaxFreeStreak) return std::nullopt;
