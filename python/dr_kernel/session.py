@@ -166,14 +166,14 @@ class StaticStage:
             if key is None:
                 continue
             del self._tickets[key]
+            if report.reason.startswith("compile timed out after"):
+                _TIMED_OUT[(report.kernel, report.dtype, key)] = report.reason
             if ticket in self._adaptive:
                 self._adaptive.discard(ticket)
                 if report.reason.startswith("compile timed out"):
                     report.reason += (f" ({self.ADAPTIVE_FACTOR:g}x this session's median compile; the other "
                                       "configs compile far faster. compile_timeout= sets how long to wait at most)")
             self.reports[key] = report
-            if report.reason.startswith("compile timed out after"):
-                _TIMED_OUT[(report.kernel, report.dtype, key)] = report.reason.split(" (", 1)[0]
         if not known and (deadline := self.deadline_s()) is not None and deadline < self.pool.timeout_s:
             # The compiles submitted before the adaptive deadline was known (the session's first
             # configs) get it too, counted from their start: on the H200 one of tune-many's first

@@ -109,19 +109,23 @@ Walk::Walk(const Space& space, const Prior& prior, std::vector<double> problem_f
   differing_pairs_.assign(space.num_params(), 0);
 }
 
-bool Walk::Inert(size_t param) const {
-  return inert_pairs_ > 0 && param < same_pairs_.size() && same_pairs_[param] >= inert_pairs_ &&
-         differing_pairs_[param] == 0;
+void Walk::UpdateInert() {
+  inert_.assign(space_.num_params(), 0);
+  any_inert_ = false;
+  for (size_t p = 0; p < inert_.size() && inert_pairs_ > 0; ++p) {
+    inert_[p] = same_pairs_[p] >= inert_pairs_ && differing_pairs_[p] == 0;
+    any_inert_ |= inert_[p] != 0;
+  }
+  jump_known_ = false;
 }
 
+bool Walk::Inert(size_t param) const { return param < inert_.size() && inert_[param]; }
+
 bool Walk::Covered(const Config& config) const {
-  std::vector<uint8_t> inert(space_.num_params(), 0);
-  bool any = false;
-  for (size_t p = 0; p < inert.size(); ++p) any |= (inert[p] = Inert(p)) != 0;
-  if (!any) return false;
+  if (!any_inert_) return false;
   for (const Config& m : ok_configs_) {
     bool same = true;
-    for (size_t p = 0; p < inert.size() && same; ++p) same = inert[p] || m[p] == config[p];
+    for (size_t p = 0; p < inert_.size() && same; ++p) same = inert_[p] || m[p] == config[p];
     if (same) return true;
   }
   return false;
@@ -380,6 +384,7 @@ void Walk::Observe(const Config& config, const Measurement& m) {
       (other_log == log_ms ? same_pairs_ : differing_pairs_)[param] += 1;
     }
     ok_configs_.push_back(config);
+    UpdateInert();
   }
   measured_[index] = {ok, log_ms, m.n_regs, m.n_spills, m.shared};
   jump_known_ = false;

@@ -173,7 +173,7 @@ class Walk {
   // differed. 0 turns it off.
   void DetectInert(int pairs) {
     inert_pairs_ = pairs;
-    jump_known_ = false;
+    UpdateInert();
   }
   bool Inert(size_t param) const;
   // Whether an unmeasured config differs from a measured one only in inert parameters: measuring
@@ -215,6 +215,9 @@ class Walk {
   // different times (see Inert); and the ok configs measured, for Covered.
   std::vector<int> same_pairs_, differing_pairs_;
   int inert_pairs_ = 0;
+  std::vector<uint8_t> inert_;  // Inert(p) by parameter, as of the last measurement.
+  bool any_inert_ = false;
+  void UpdateInert();
   std::vector<Config> ok_configs_;
   // Residuals of ok measurements against the prior, for the online correction.
   std::vector<std::vector<double>> residual_at_;
