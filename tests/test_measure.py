@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from dr_kernel.measure import BuiltinJob, Job, MeasurePool, MeasureSettings, WorkerError
+from dr_kernel.measure import BuiltinJob, Job, MeasurePool, MeasureSettings, WorkerError, timed_enough
 
 
 @dataclass
@@ -65,7 +65,7 @@ def test_without_a_reference_the_first_valid_config_is_the_reference():
 
 
 def test_timing_stops_early_for_configs_slower_than_the_best():
-    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=10, min_reps=3, stop_factor=2.0)) as pool:
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=10, min_reps=3, stop_factor=2.0, settle=0.0)) as pool:
         fast = pool.measure([{"mode": "ok"}])[0][0]
         slow = pool.measure([{"mode": "ok", "sleep": 0.02}], best_ms=fast["ms"])[0][0]
     assert fast["reps"] == 10
@@ -75,12 +75,36 @@ def test_timing_stops_early_for_configs_slower_than_the_best():
 def test_timing_stops_once_the_launches_add_up_to_the_budget():
     # A 20 ms launch: three of them pass a 50 ms budget; the cap of reps still holds without one.
     config = {"mode": "ok", "sleep": 0.02}
-    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=10, min_reps=3, budget_ms=50.0)) as pool:
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=10, min_reps=3, budget_ms=50.0, settle=0.0)) as pool:
         capped = pool.measure([config])[0][0]
-    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=5, min_reps=3, budget_ms=math.inf)) as pool:
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings.exact(reps=5, min_reps=3)) as pool:
         full = pool.measure([config])[0][0]
     assert capped["reps"] == 3 and capped["ms"] > 20
     assert full["reps"] == 5
+
+
+def test_timing_stops_once_the_launches_agree():
+    # 30 ms launches agree within a few per cent on any machine: with a 50 % settle three of them
+    # are enough, though the budget would allow ten; exact settings time all ten.
+    config = {"mode": "ok", "sleep": 0.03}
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=10, min_reps=3, budget_ms=math.inf, settle=0.5)) as pool:
+        settled = pool.measure([config])[0][0]
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings.exact(reps=10, min_reps=3)) as pool:
+        full = pool.measure([config])[0][0]
+    assert settled["reps"] == 3 and settled["ms"] > 30
+    assert full["reps"] == 10
+
+
+def test_a_config_is_timed_until_its_launches_agree_or_a_limit_is_met():
+    settings = MeasureSettings(min_reps=3, stop_factor=1.3, budget_ms=50.0, settle=0.02)
+    assert not timed_enough([3.0, 3.01], 3.0, settings)            # Fewer than min_reps.
+    assert timed_enough([3.0, 3.01, 3.02], 3.0, settings)          # Within 2 %: its median is known.
+    assert not timed_enough([3.0, 3.2, 3.1], 3.0, settings)        # 7 % apart: time it more ...
+    assert timed_enough([3.0, 3.2, 3.1] * 6, 3.0, settings)        # ... until the budget is spent,
+    assert timed_enough([5.0, 4.0, 4.5], 3.0, settings)            # or it is clearly slower than the best.
+    assert not timed_enough([0.010, 0.011, 0.0105], 0.01, settings)  # A microsecond kernel's timer noise.
+    exact = MeasureSettings.exact(min_reps=3)
+    assert not timed_enough([3.0, 3.0, 3.0] * 10, 3.0, exact)
 
 
 def test_a_job_that_cannot_set_up_is_one_clear_error():

@@ -56,8 +56,13 @@ class MeasureSettings:
     stop_factor: float = 1.3
     # Stop timing once the timed launches add up to this many milliseconds: for a kernel of
     # milliseconds, 20 launches would cost a tenth of a second of the first call and say little
-    # more than 10 do. Sweeps, whose tables must be exact for every config, lift it (math.inf).
+    # more than 10 do. Sweeps, whose tables must be exact for every config, lift it (`exact()`).
     budget_ms: float = 50.0
+    # Stop timing once the launches timed so far lie within this fraction of each other (the
+    # slowest over the fastest, less one): their median is then known to about half of it, and a
+    # 3 ms GEMM needs three launches, not 50 ms of them. Timer noise keeps microsecond kernels from
+    # settling, so they are timed as before. Sweeps and other exact timings set 0.
+    settle: float = 0.02
     flush_bytes: int = 256 << 20  # L2 flush buffer (the H200's L2 is 60 MB).
     max_relerr: float = 2e-2    # Relative L2 error a correct config stays under.
     timeout_s: float = 120.0    # A config whose launch and timing take longer is killed.
@@ -66,6 +71,11 @@ class MeasureSettings:
     confirm: int = 3
     confirm_rounds: int = 3
     confirm_within: float = 0.10
+
+    @classmethod
+    def exact(cls, **fields: Any) -> MeasureSettings:
+        """Settings that time every config in full (`reps` launches): what a recorded table needs."""
+        return cls(**{"budget_ms": math.inf, "settle": 0.0, **fields})
 
     def __post_init__(self) -> None:
         # With no timed launch a config has no time: every one would be stored as crashed.
@@ -214,6 +224,17 @@ class _Timer:
         return start.elapsed_time(end)
 
 
+def timed_enough(times: Sequence[float], best_ms: float, settings: MeasureSettings) -> bool:
+    """Whether more launches of a config would not change a decision: after `min_reps`, once its
+    median is clearly slower than the best so far, its launches add up to the budget, or they agree
+    within `settle` of each other."""
+    if len(times) < settings.min_reps:
+        return False
+    fastest = min(times)
+    return (statistics.median(times) > settings.stop_factor * best_ms or sum(times) >= settings.budget_ms
+            or (settings.settle > 0 and fastest > 0 and max(times) <= fastest * (1.0 + settings.settle)))
+
+
 def measure_config(job: Job, state: Any, config: dict, reference: list | None, best_ms: float,
                    settings: MeasureSettings, timer: _Timer) -> tuple[dict, list | None]:
     """Validates and times one config in this process. Returns the measurement (recorded-table
@@ -244,9 +265,8 @@ def measure_config(job: Job, state: Any, config: dict, reference: list | None, b
             job.before_launch(state, config)
             times.append(timer.time_ms(lambda: job.launch(state, config)))
             job.after_launch(state, config)
-            if len(times) >= settings.min_reps and (statistics.median(times) > settings.stop_factor * best_ms
-                                                    or sum(times) >= settings.budget_ms):
-                break  # Clearly slower than the best, or timed long enough: more would not change the decision.
+            if timed_enough(times, best_ms, settings):
+                break
     except Exception as e:  # noqa: BLE001 -- as for the checked launch.
         return classify(e), None
     times.sort()

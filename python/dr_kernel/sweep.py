@@ -179,7 +179,7 @@ def run_sweep(kernel, shape: Mapping[str, Any], dtype: str, out: Path, *, config
     limits = limits or (H200 if interpret else device_limits(0))
     device = device_name(interpret)
     problem = builtin_problem(kernel, shape, dtype, device)
-    settings = settings or MeasureSettings(budget_ms=math.inf)  # Every config timed in full.
+    settings = settings or MeasureSettings.exact()  # Every config timed in full.
 
     recorded = read_recorded(out, kernel.family, shape, dtype)
     todo = [c for c in configs if _key(c) not in recorded.configs]

@@ -113,7 +113,7 @@ def sweep_chunk(payload: Mapping[str, Any]) -> dict:
         out = Path(folder) / "rows.jsonl"
         run_sweep(kernel, payload["shape"], payload["dtype"], out, configs=payload["configs"],
                   interpret=payload["interpret"], compile_timeout_s=payload["timeout"],
-                  settings=MeasureSettings(reps=payload["reps"], budget_ms=math.inf),
+                  settings=MeasureSettings.exact(reps=payload["reps"]),
                   reference=payload["reference"])
         rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     return {"rows": rows, "device": device_name(payload["interpret"])}

@@ -62,7 +62,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         else:
             result = run_sweep(kernel, shape, dtype, args.out, configs=configs, limit=args.limit,
                                interpret=args.interpret, compile_timeout_s=args.timeout, workers=args.workers,
-                               settings=MeasureSettings(reps=args.reps), store=store, progress=show)
+                               settings=MeasureSettings.exact(reps=args.reps), store=store, progress=show)
     except WorkerError as e:
         raise UsageError(f"the measuring worker failed: {e}") from None
     except KeyboardInterrupt:
