@@ -163,11 +163,13 @@ def current_winner(entry: Entry, store, *, interpret: bool, tune: bool, budget: 
 
 
 def time_config(entry: Entry, config: dict, *, interpret: bool) -> dict:
-    """Times one config ROUNDS times in a measuring process; the median of the rounds' medians."""
-    from .measure import BuiltinJob, MeasurePool, visible_devices
+    """Times one config ROUNDS times in a measuring process; the median of the rounds' medians.
+    Every round times all its launches: a gate compares steady times, not the tuner's early stops."""
+    from .measure import BuiltinJob, MeasurePool, MeasureSettings, visible_devices
 
     device = "cpu" if interpret else visible_devices()[0]
-    with MeasurePool(BuiltinJob(entry.kernel, dict(entry.shape), entry.precision), [device]) as pool:
+    job = BuiltinJob(entry.kernel, dict(entry.shape), entry.precision)
+    with MeasurePool(job, [device], settings=MeasureSettings.exact()) as pool:
         results = [m for m, _ in pool.measure([config] * ROUNDS)]
     bad = next((m for m in results if m["status"] != "ok"), None)
     if bad is not None:

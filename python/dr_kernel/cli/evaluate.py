@@ -67,10 +67,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     elif not report.valid:
         result["note"] = "not launched: static analysis refused the config"
     else:
-        from ..measure import BuiltinJob, MeasurePool, MeasureSettings, time_framework
+        from ..measure import BuiltinJob, MeasurePool, MeasureSettings, time_framework, visible_devices
 
-        settings = MeasureSettings(timeout_s=args.timeout)
-        from ..measure import visible_devices
+        # One config, asked for by name: time all its launches (no early stop against a best).
+        settings = MeasureSettings.exact(timeout_s=args.timeout)
 
         worker_device = "cpu" if args.interpret else visible_devices()[0]
         with MeasurePool(BuiltinJob(kernel.name, shape, dtype), [worker_device], settings) as measurer:
