@@ -292,3 +292,36 @@ def test_isolate_true_on_a_kernel_in_main_is_one_clear_error(tmp_path):
                          env={**os.environ, "TRITON_INTERPRET": "1", "DR_KERNEL_DB": str(tmp_path / "r.db")})
     assert run.returncode != 0
     assert "ValueError: k: isolate=True measures in another process" in run.stderr and "module" in run.stderr
+
+
+PIN_SCRIPT = r"""
+import json, torch, triton
+import triton.language as tl
+import dr_kernel
+
+CONFIGS = [triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})]
+
+@dr_kernel.autotune(configs=CONFIGS, key=["n"])
+@triton.jit
+def block_of(y_ptr, n, BLOCK: tl.constexpr):
+    tl.store(y_ptr + tl.arange(0, 1), tl.full((1,), BLOCK, tl.int32))
+
+y = torch.zeros(1, dtype=torch.int32)
+block_of[(1,)](y, 7)
+tuned, key = int(y[0]), next(iter(block_of.cache))
+block_of.cache[key] = CONFIGS[1] if tuned == 32 else CONFIGS[0]  # Pinned as triton.autotune's users pin.
+block_of[(1,)](y, 7)
+print(json.dumps({"tuned": tuned, "pinned": int(y[0]), "best": block_of.best_config.kwargs["BLOCK"]}))
+"""
+
+
+def test_a_config_written_into_the_cache_is_the_one_launched_next(tmp_path):
+    # The launch path keeps each key's launch arguments worked out; the kernel's `cache` still rules.
+    (tmp_path / "pin.py").write_text(PIN_SCRIPT)
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "pin.py"], capture_output=True, text=True, env=env, timeout=600,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["tuned"] in (32, 64) and result["pinned"] == result["best"] == 96 - result["tuned"]

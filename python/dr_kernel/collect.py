@@ -48,19 +48,27 @@ _per_key: collections.Counter = collections.Counter()
 _read_upto: dict[str, int] = {}  # Work list → bytes of it read into _written.
 
 
+# Whether this process runs in collect mode: DR_KERNEL_COLLECT names a work list when the process
+# starts, or `collected()` is in effect. Read once, not per launch (TunedKernel.run tests it).
+ACTIVE = bool(os.environ.get(ENV))
+
+
 def collecting() -> bool:
     """Whether this process runs in collect mode (DR_KERNEL_COLLECT names a work list)."""
-    return bool(os.environ.get(ENV))
+    return ACTIVE
 
 
 @contextlib.contextmanager
 def collected(path: str | os.PathLike):
     """Collect mode for the duration of a `with` block, into the work list `path`."""
-    before = os.environ.get(ENV)
+    global ACTIVE
+    before, was = os.environ.get(ENV), ACTIVE
     os.environ[ENV] = str(Path(path).resolve())
+    ACTIVE = True
     try:
         yield
     finally:
+        ACTIVE = was
         if before is None:
             os.environ.pop(ENV, None)
         else:
