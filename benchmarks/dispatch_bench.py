@@ -15,11 +15,10 @@ import statistics
 import timeit
 import warnings
 
+import dr_kernel
 import torch
 import triton
 import triton.language as tl
-
-import dr_kernel
 
 warnings.simplefilter("ignore")
 CONFIGS = [triton.Config({"BLOCK": 128}, num_warps=4), triton.Config({"BLOCK": 256}, num_warps=8)]
