@@ -179,7 +179,7 @@ def test_a_closed_pool_parks_its_worker_for_the_next_pool_on_the_device(monkeypa
         pool.measure([{"mode": "ok"}])
         newer = pool._workers[0].process.pid
         assert newer != survivor
-    assert [p.pid for p, _, _ in measure._PARKED["cpu"]] == [newer]
+    assert [p.pid for p, *_ in measure._PARKED["cpu"]] == [newer]
     assert older.wait(5) == 0
     monkeypatch.delenv("TRITON_CACHE_DIR")
     # DR_KERNEL_FRESH_WORKERS=1: every pool starts and stops its own.
@@ -188,6 +188,56 @@ def test_a_closed_pool_parks_its_worker_for_the_next_pool_on_the_device(monkeypa
     with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=2)) as pool:
         pool.measure([{"mode": "ok"}])
     assert not measure._PARKED
+
+
+@dataclass
+class EnvJob(ToyJob):
+    """ToyJob whose output is right only where DR_KERNEL_TEST_MARK reads `mark` and the import
+    path holds `path`: what the tuning process had when it sent the job."""
+
+    mark: str = ""
+    path: str = ""
+
+    def launch(self, state, config):
+        import sys
+
+        adopted = os.environ.get("DR_KERNEL_TEST_MARK") == self.mark and self.path in sys.path
+        super().launch(state, {**config, "mode": "ok" if adopted else "wrong"})
+
+
+def test_a_spare_started_ahead_is_taken_with_the_environment_its_job_brings(monkeypatch, tmp_path):
+    # @optimize starts a spare at decoration (torch and Triton imported while the program goes
+    # on); the program then sets its Triton cache folder or import path, and the spare still serves.
+    from dr_kernel import measure
+
+    monkeypatch.delenv("DR_KERNEL_FRESH_WORKERS", raising=False)
+    monkeypatch.delenv("DR_KERNEL_TEST_MARK", raising=False)
+    measure._stop_parked()
+    assert measure.prestart("cpu")
+    assert not measure.prestart("cpu")  # One per device.
+    spare = measure._PARKED["cpu"][0][0]
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DR_KERNEL_TEST_MARK", "set after the spare started")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    job = EnvJob(mark="set after the spare started", path=str(tmp_path))
+    with MeasurePool(job, ["cpu"], MeasureSettings(reps=2)) as pool:
+        (m, _), = pool.measure([{"mode": "ok"}])
+        assert pool._workers[0].process.pid == spare.pid
+    assert m["status"] == "ok"
+    # Once it has run a job it is a parked worker like any other: taken only with the same environment.
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "other"))
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=2)) as pool:
+        pool.measure([{"mode": "ok"}])
+        assert pool._workers[0].process.pid != spare.pid
+    # A spare that no pool takes leaves by itself.
+    measure._stop_parked()
+    assert measure.prestart("cpu", idle_s=0.5)
+    idle = measure._PARKED["cpu"][0][0]
+    assert idle.wait(120) == 0
+    with MeasurePool(ToyJob(), ["cpu"], MeasureSettings(reps=2)) as pool:
+        assert pool.measure([{"mode": "ok"}])[0][0]["status"] == "ok"
+        assert pool._workers[0].process.pid != idle.pid
+    measure._stop_parked()
 
 
 def test_a_start_ahead_that_fails_is_the_first_measurements_error():

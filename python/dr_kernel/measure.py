@@ -331,11 +331,22 @@ class ContextLost(RuntimeError):
     """A config measured in the tuning process broke its CUDA context (an illegal address)."""
 
 
-def _child_entry(fd: int) -> None:
-    """Entry point of a measuring process: each job arrives as (job, device, settings); after one
-    is done ("park") the process waits for the next, so that a program tuning many keys starts a
-    measuring process (an interpreter, torch, CUDA: seconds) once, not once per key."""
+def _child_entry(fd: int, spare_idle_s: float = 0.0) -> None:
+    """Entry point of a measuring process: each job arrives as (job, device, settings, environment,
+    import path); after one is done ("park") the process waits for the next, so that a program
+    tuning many keys starts a measuring process (an interpreter, torch, CUDA: seconds) once, not
+    once per key. A spare (`prestart`) imports torch and Triton before any job, and leaves if none
+    comes within `spare_idle_s`."""
     conn = Connection(fd)
+    if spare_idle_s > 0:
+        import torch  # noqa: F401 -- 4-5 s on the H200 machine: most of a measuring process's start.
+        import triton  # noqa: F401
+
+        try:
+            if not conn.poll(spare_idle_s):
+                return
+        except (EOFError, OSError):
+            return
     while True:
         try:
             data = conn.recv_bytes()
@@ -344,7 +355,12 @@ def _child_entry(fd: int) -> None:
         message = pickle.loads(data)
         if isinstance(message, tuple) and message[:1] == ("stop",):  # Parked, then not needed.
             return
-        job, device, settings = message
+        job, device, settings, environment, path = message
+        # A spare started before the program set its Triton cache folder (say) works as one
+        # started now: the environment and import path are the tuning process's of this job.
+        os.environ.clear()
+        os.environ.update(environment)
+        sys.path[:] = list(dict.fromkeys([*path, *sys.path]))
         if not _worker_main(conn, job, device, settings):
             return
 
@@ -389,10 +405,16 @@ def _release_memory(device: str) -> None:
 
 
 # Measuring processes between jobs, by device: a pool that closes parks its live workers here and
-# the next pool on that device takes them instead of starting new ones. DR_KERNEL_FRESH_WORKERS=1
-# starts every pool's workers anew (benchmarks that must not carry a process's warm state over).
-_PARKED: dict[str, list[tuple[Any, Any]]] = {}
+# the next pool on that device takes them instead of starting new ones; `prestart` puts a spare
+# here before any pool. DR_KERNEL_FRESH_WORKERS=1 starts every pool's workers anew (benchmarks
+# that must not carry a process's warm state over). Entries: (process, connection, environment it
+# started with, whether it is a spare that has run no job).
+_PARKED: dict[str, list[tuple[Any, Any, dict, bool]]] = {}
 _PARKED_LOCK = threading.Lock()
+SPARE_IDLE_S = 600.0  # A spare no pool took within this many seconds leaves.
+# What a spare's start depends on: the rest of the environment, and the import path, are the
+# job's (_child_entry): a path the program adds later is put ahead of the spare's own.
+_START_ENV = ("CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "LD_LIBRARY_PATH", "PYTHONHOME")
 
 
 def _reuse_workers() -> bool:
@@ -409,25 +431,31 @@ def _worker_env(device: str) -> dict[str, str]:
     return env
 
 
+def _start_env(env: dict) -> dict:
+    return {k: env.get(k) for k in _START_ENV}
+
+
 def _take_parked(device: str) -> tuple[Any, Any, dict] | None:
     """A parked process for `device` started with the environment a new one would get now (the
-    same Triton cache folder, interpreter switch and import path), or None."""
+    same Triton cache folder, interpreter switch and import path), or None. A spare, which has
+    imported torch and Triton and nothing else, need only match what its start depended on."""
     env = _worker_env(device)
     with _PARKED_LOCK:
         workers = _PARKED.get(device, [])
-        for i, (process, conn, started_with) in enumerate(workers):
-            if process.poll() is None and started_with == env:
+        for i, (process, conn, started_with, spare) in enumerate(workers):
+            fits = _start_env(started_with) == _start_env(env) if spare else started_with == env
+            if process.poll() is None and fits:
                 del workers[i]
-                return process, conn, started_with
+                return process, conn, env if spare else started_with
     return None
 
 
-def _park(device: str, process: Any, conn: Any, env: dict) -> None:
-    """Keeps a process for the next pool on `device`: one spare per device (pools on a device run
-    one at a time), the newest, whose environment is the likeliest to match the next pool's."""
+def _park(device: str, process: Any, conn: Any, env: dict, spare: bool = False) -> None:
+    """Keeps a process for the next pool on `device`: one per device (pools on a device run one
+    at a time), the newest, whose environment is the likeliest to match the next pool's."""
     with _PARKED_LOCK:
         replaced = _PARKED.get(device, [])
-        _PARKED[device] = [(process, conn, env)]
+        _PARKED[device] = [(process, conn, env, spare)]
     _stop(replaced)
 
 
@@ -438,8 +466,45 @@ def _stop_parked() -> None:
     _stop(parked)
 
 
-def _stop(workers: list[tuple[Any, Any, dict]]) -> None:
-    for process, conn, _ in workers:
+def _popen_worker(env: dict, spare_idle_s: float = 0.0) -> tuple[Any, Any]:
+    """A measuring process: a fresh interpreter rather than multiprocessing's spawn, which re-runs
+    the user's main script in the child (for a script without a __main__ guard: tuning again)."""
+    with START_LOCK:  # No compile worker is forked while Popen runs (spawning.py).
+        parent, child = socket.socketpair()
+        process = subprocess.Popen(
+            [sys.executable, "-c",
+             f"from dr_kernel.measure import _child_entry; _child_entry({child.fileno()}, {spare_idle_s!r})"],
+            pass_fds=(child.fileno(),), env=env)
+        child.close()
+    return process, Connection(parent.detach())
+
+
+def prestart(device: str | None = None, idle_s: float = SPARE_IDLE_S) -> bool:
+    """Starts a spare measuring process for `device` (the first visible GPU by default), unless a
+    live one is parked there: it imports torch and Triton (4-5 s on the H200 machine, most of a
+    measuring process's start) while the program goes on, and the first measuring pool on that
+    device takes it. It touches no GPU until then, and leaves after `idle_s` seconds unused.
+    @optimize calls it at decoration for kernels measured in isolation; DR_KERNEL_PRESTART=0
+    turns that off. Returns whether a spare was started."""
+    if not _reuse_workers():
+        return False
+    device = device or visible_devices()[0]
+    with _PARKED_LOCK:
+        if any(process.poll() is None for process, *_ in _PARKED.get(device, [])):
+            return False
+    env = _worker_env(device)
+    process, conn = _popen_worker(env, idle_s)
+    with _PARKED_LOCK:
+        taken = any(p.poll() is None for p, *_ in _PARKED.get(device, []))
+        if not taken:
+            _PARKED[device] = [(process, conn, env, True)]
+    if taken:  # A pool parked its worker meanwhile: that one is warmer.
+        _stop([(process, conn, env, True)])
+    return not taken
+
+
+def _stop(workers: list[tuple[Any, Any, dict, bool]]) -> None:
+    for process, conn, *_ in workers:
         if process.poll() is None:
             try:
                 conn.send(("stop",))
@@ -499,16 +564,8 @@ class MeasurePool:
         self._send_job(worker)
 
     def _spawn(self, worker: _Worker) -> None:
-        # A fresh interpreter rather than multiprocessing's spawn: spawn re-runs the user's main
-        # script in the child, which for a script without a __main__ guard would tune again.
-        env = worker.env = _worker_env(worker.device)
-        with START_LOCK:  # No compile worker is forked while Popen runs (spawning.py).
-            parent, child = socket.socketpair()
-            worker.process = subprocess.Popen(
-                [sys.executable, "-c", f"from dr_kernel.measure import _child_entry; _child_entry({child.fileno()})"],
-                pass_fds=(child.fileno(),), env=env)
-            child.close()
-        worker.conn = Connection(parent.detach())
+        worker.env = _worker_env(worker.device)
+        worker.process, worker.conn = _popen_worker(worker.env)
 
     def _send_job(self, worker: _Worker) -> None:
         # A GPU worker sees only its own GPU (CUDA_VISIBLE_DEVICES), as cuda:0.
@@ -516,7 +573,8 @@ class MeasurePool:
         # Plain pickle, not the connection's: torch registers reductions there that share tensors
         # through multiprocessing's resource sharer, which a fresh interpreter is not part of.
         try:
-            worker.conn.send_bytes(pickle.dumps((self.job, device, self.settings)))
+            message = (self.job, device, self.settings, worker.env, [p for p in sys.path if p])
+            worker.conn.send_bytes(pickle.dumps(message))
         except (BrokenPipeError, OSError) as error:
             self._kill(worker)
             raise WorkerError(f"the measuring worker on {worker.device} is gone ({error})") from None

@@ -316,6 +316,32 @@ def shared_compile_pool(timeout_s: float):
         return _SHARED_POOL[0]
 
 
+_PRESTARTED: list = []
+
+
+def _prestart_measuring() -> None:
+    """Starts a spare measuring process (measure.prestart) once per process, from a thread, when a
+    GPU is there to measure on: not under Triton's interpreter (tests, CPU runs), not before the
+    program has imported torch (finding the GPU would import it here), not with
+    DR_KERNEL_PRESTART=0."""
+    if (_PRESTARTED or os.environ.get("DR_KERNEL_PRESTART", "1") == "0" or os.environ.get("TRITON_INTERPRET")
+            or "torch" not in sys.modules):
+        return
+    _PRESTARTED.append(True)
+
+    def start() -> None:
+        from . import measure
+
+        try:
+            device = measure.visible_devices()[0]
+            if device != "cpu":
+                measure.prestart(device)
+        except Exception:  # noqa: BLE001 -- a spare is an optimisation: the first pool starts its own.
+            pass
+
+    threading.Thread(target=start, name="dr_kernel prestart", daemon=True).start()
+
+
 @atexit.register
 def _close_shared_pool() -> None:
     while _SHARED_POOL:
@@ -452,6 +478,8 @@ class TunedKernel(TritonAutotuner):
             from .compile_pool import start_warming
 
             start_warming()  # The compile workers' one-time costs, paid while the program starts.
+        if self._may_isolate():
+            _prestart_measuring()  # A measuring process's imports, paid while the program starts.
 
     @property
     def __name__(self) -> str:
@@ -629,6 +657,16 @@ class TunedKernel(TritonAutotuner):
         return dict(config)
 
     # ----- tuning --------------------------------------------------------------------------------
+
+    def _may_isolate(self) -> bool:
+        """Whether this kernel's configs will be measured in another process, as far as can be
+        told at decoration (its module is still being imported; `_isolated` decides later)."""
+        if self.isolate is False or self.max_evals == 0:
+            return False
+        if self.isolate is None and (self.pre_hook or self.post_hook
+                                     or any(getattr(c, "pre_hook", None) for c in self.listed or ())):
+            return False
+        return getattr(self.base_fn, "__module__", "__main__") != "__main__"
 
     def _isolated(self) -> bool:
         module = getattr(self.base_fn, "__module__", "__main__")
