@@ -450,12 +450,12 @@ def _take_parked(device: str) -> tuple[Any, Any, dict] | None:
     return None
 
 
-def _park(device: str, process: Any, conn: Any, env: dict, spare: bool = False) -> None:
+def _park(device: str, process: Any, conn: Any, env: dict) -> None:
     """Keeps a process for the next pool on `device`: one per device (pools on a device run one
     at a time), the newest, whose environment is the likeliest to match the next pool's."""
     with _PARKED_LOCK:
         replaced = _PARKED.get(device, [])
-        _PARKED[device] = [(process, conn, env, spare)]
+        _PARKED[device] = [(process, conn, env, False)]
     _stop(replaced)
 
 
