@@ -1,7 +1,8 @@
 """dr_kernel in Jupyter, tested by executing a real notebook headlessly (nbclient, an IPython
 kernel): `%load_ext dr_kernel`, a `%%dr_kernel` cell whose triton.autotune kernel is tuned by
-dr_kernel with a live view, and @optimize(verbose=True) with the session's table and plot.
-Kernels run in Triton's interpreter."""
+dr_kernel with a live view, and @optimize(verbose=True) with the session's table and plot, its
+kernel (and the @triton.jit helper it calls) measured in a measuring process. Kernels run in
+Triton's interpreter."""
 
 from __future__ import annotations
 
@@ -31,16 +32,28 @@ y = torch.empty_like(x)
 scale[lambda meta: (triton.cdiv(500, meta["BLOCK"]),)](x, y, 500)
 assert torch.allclose(y, 3 * x)
 print("scaled with", scale.best_config)''',
-    '''from dr_kernel import optimize
+    '''import warnings
+from dr_kernel import measure, optimize
+
+TWICE: tl.constexpr = 2
+
+@triton.jit
+def twice(v):
+    return TWICE * v
 
 @optimize(space={"BLOCK": [32, 64, 128, 256]}, key=["n"], max_evals=4, strategy="exhaustive", verbose=True)
 @triton.jit
 def double(x, y, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y + offs, 2 * tl.load(x + offs, mask=offs < n), mask=offs < n)
+    tl.store(y + offs, twice(tl.load(x + offs, mask=offs < n)), mask=offs < n)
 
-double[lambda meta: (triton.cdiv(500, meta["BLOCK"]),)](x, y, 500)
-assert torch.allclose(y, 2 * x)''',
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    double[lambda meta: (triton.cdiv(500, meta["BLOCK"]),)](x, y, 500)
+assert torch.allclose(y, 2 * x)
+# Measured in a measuring process, as a kernel of a module is: it went there as its source.
+assert not [w for w in caught if "measured in this process" in str(w.message)], [str(w.message) for w in caught]
+assert measure._PARKED.get("cpu"), "no measuring process ran"''',
     "double.last_session",
     "double.last_session.plot();",
 ]

@@ -325,3 +325,56 @@ def test_a_config_written_into_the_cache_is_the_one_launched_next(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["tuned"] in (32, 64) and result["pinned"] == result["best"] == 96 - result["tuned"]
+
+
+SHIP_SCRIPT = r"""
+import json, torch, triton
+import triton.language as tl
+from dr_kernel import measure, optimize
+
+FACTOR: tl.constexpr = 3
+
+@triton.jit
+def times(v):
+    return FACTOR * v
+
+@optimize(space={"BLOCK": [32, 64]}, key=["n"], isolate=True, strategy="exhaustive", max_evals=2)
+@triton.jit
+def tripled(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, times(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+@optimize(space={"BLOCK": [32, 64]}, key=["n"], isolate=True)
+@triton.heuristics({"EVEN": lambda args: args["n"] % 64 == 0})
+@triton.jit
+def wrapped(x_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, 1.0, mask=offs < n)
+
+x = torch.randn(100)
+y = torch.empty_like(x)
+tripled[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, y, 100)
+out = {"correct": bool(torch.allclose(y, 3 * x)), "evaluations": tripled.evaluations,
+       "measuring_process": bool(measure._PARKED.get("cpu"))}
+try:
+    wrapped[(4,)](x, 100)
+except ValueError as error:
+    out["refused"] = str(error)
+print(json.dumps(out))
+"""
+
+
+def test_a_kernel_of_a_script_travels_to_the_measuring_process_as_its_source(tmp_path):
+    # __main__ has no module a measuring process could import: the kernel and the @triton.jit
+    # helper it calls go there as source, with the constexpr they read (shipping.py).
+    (tmp_path / "ship.py").write_text(SHIP_SCRIPT)
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "ship.py"], capture_output=True, text=True, env=env, timeout=600,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["correct"] and result["evaluations"] == 2 and result["measuring_process"]
+    # What cannot travel is named: here the heuristics between the tuner and @triton.jit.
+    assert "isolate=True measures in another process" in result["refused"]
+    assert "wrapped (Heuristics)" in result["refused"]

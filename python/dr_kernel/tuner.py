@@ -60,6 +60,10 @@ _LAUNCH_KWARGS = ("grid", "warmup")
 
 
 def _picklable(value: Any) -> bool:
+    """Whether `value` can travel to a measuring process: a function of __main__ (a script's, a
+    notebook's) pickles by reference to a module the measuring process does not have."""
+    if getattr(value, "__module__", None) == "__main__":
+        return False
     try:
         pickle.dumps(value)
         return True
@@ -110,12 +114,19 @@ class KernelJob(Job):
     # that the configs' results can be put to a vote (tuner.py, TunedKernel._tune).
     vote: bool = False
     fn: Any = None
+    # A kernel no measuring process can import (a notebook's, a script's): its source (shipping.py).
+    shipped: dict | None = None
 
     # ----- setup --------------------------------------------------------------------------------
 
     def setup(self, device: str) -> Any:
         fn = self.fn
-        if fn is None:
+        if fn is None and self.shipped is not None:
+            from .shipping import load
+
+            fn = load(self.shipped)
+            pristine = {k: (v.to(device) if is_tensor(v) else v) for k, v in self.args.items()}
+        elif fn is None:
             import importlib
 
             fn = importlib.import_module(self.module)
@@ -666,25 +677,45 @@ class TunedKernel(TritonAutotuner):
         if self.isolate is None and (self.pre_hook or self.post_hook
                                      or any(getattr(c, "pre_hook", None) for c in self.listed or ())):
             return False
-        return getattr(self.base_fn, "__module__", "__main__") != "__main__"
+        return True  # A kernel of __main__ or a notebook travels as its source (shipping.py).
 
     def _isolated(self) -> bool:
+        if self._importable():
+            unshippable = None
+        else:  # Defined in __main__ or a notebook: it can still travel as its source.
+            unshippable = self._unshippable()
         module = getattr(self.base_fn, "__module__", "__main__")
-        importable = module != "__main__" and module in sys.modules and getattr(sys.modules[module], "__file__", None)
         if self.isolate is not None:
-            if self.isolate and not importable:
+            if self.isolate and unshippable:
                 raise ValueError(f"{self.__name__}: isolate=True measures in another process, which must import the "
-                                 f"kernel, but it is defined in {module!r}; define it in a module of its own, or "
-                                 "give isolate=None to measure it in this process")
+                                 f"kernel or be sent its source, but it is defined in {module!r} and {unshippable}; "
+                                 "define it in a module of its own, or give isolate=None to measure it in this "
+                                 "process")
             return self.isolate
         if self.pre_hook or self.post_hook or any(getattr(c, "pre_hook", None) for c in self.listed or ()):
             return False  # Hooks are the caller's functions: they run where the caller runs.
-        if not importable:
-            warnings.warn(f"{self.__name__} is defined in __main__ or a notebook, which a measuring process cannot "
-                          "import: its configs are measured in this process, so a config that crashes the GPU "
-                          "context ends it. Define the kernel in a module to measure in isolation.", stacklevel=5)
+        if unshippable:
+            warnings.warn(f"{self.__name__} is defined in {module!r}, which a measuring process cannot import, and "
+                          f"cannot be sent there as source: {unshippable}. Its configs are measured in this "
+                          "process, so a config that crashes the GPU context ends it. Define the kernel in a "
+                          "module to measure in isolation.", stacklevel=5)
             return False
         return True
+
+    def _importable(self) -> bool:
+        module = getattr(self.base_fn, "__module__", "__main__")
+        return bool(module != "__main__" and module in sys.modules and getattr(sys.modules[module], "__file__", None))
+
+    def _unshippable(self) -> str | None:
+        """Why this kernel cannot travel to a measuring process as source (shipping.py), or None."""
+        from . import shipping
+
+        if not shipping.is_jit(self.fn):
+            return f"it is wrapped ({type(self.fn).__name__}) between the tuner and @triton.jit"
+        hooks = [self.pre_hook, self.post_hook, *(getattr(c, "pre_hook", None) for c in self.listed or ())]
+        if any(h is not None and not _picklable(h) for h in hooks):
+            return "its hooks are functions of the same module, which cannot be sent there"
+        return shipping.shippable_reason(self.fn)
 
     def resolved(self, nargs: dict, kwargs: dict, config: dict) -> dict:
         """Every argument the @triton.jit function receives for `config`: the call's, the
@@ -814,8 +845,13 @@ class TunedKernel(TritonAutotuner):
                         restore_value=self.restore_value, pre_hook=self.pre_hook, post_hook=self.post_hook,
                         config_hooks=hooks, shared_config_hook=shared)
         if isolate:
-            job.module = getattr(self.base_fn, "__module__", "__main__")
-            job.name = self._module_name()
+            if self._importable():
+                job.module = getattr(self.base_fn, "__module__", "__main__")
+                job.name = self._module_name()
+            else:
+                from . import shipping
+
+                job.shipped = shipping.ship(self.fn)
             job.args = {k: (v.detach().cpu() if is_tensor(v) else v) for k, v in nargs.items()}
             if self.reference is not None and not _picklable(self.reference):
                 result = self.reference(**scratch_copies(nargs))
