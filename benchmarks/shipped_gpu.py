@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 from dr_kernel import optimize
 
-LOG2E: tl.constexpr = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit

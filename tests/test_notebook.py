@@ -35,7 +35,7 @@ print("scaled with", scale.best_config)''',
     '''import warnings
 from dr_kernel import measure, optimize
 
-TWICE: tl.constexpr = 2
+TWICE = tl.constexpr(2)
 
 @triton.jit
 def twice(v):

@@ -332,7 +332,7 @@ import json, torch, triton
 import triton.language as tl
 from dr_kernel import measure, optimize
 
-FACTOR: tl.constexpr = 3
+FACTOR = tl.constexpr(3)
 
 @triton.jit
 def times(v):

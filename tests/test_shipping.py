@@ -18,8 +18,8 @@ SCRIPT = textwrap.dedent('''
     from triton.language.extra import libdevice
     from dr_kernel import shipping
 
-    SCALE: tl.constexpr = 3
-    OFFSET = 0.5
+    SCALE = tl.constexpr(3)
+    OFFSET = tl.constexpr(0.5)
 
 
     @triton.jit
