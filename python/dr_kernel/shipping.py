@@ -11,7 +11,9 @@ In the measuring process each function is compiled from a file of its own in whi
 on the line it had in the cell (its decorators replaced by one that does nothing, so that the
 source Triton hashes and the line it starts at are the original's), in one namespace named
 "__main__" as the cell's was, then wrapped by triton.jit with the original's options: its cache key
-is the original's, so the binaries the compile pool made are the ones it loads.
+is the original's (what it compiles lands in Triton's cache under the same key). The compile pool
+does not take such kernels yet (compile_pool.function_reference refuses __main__), so nothing is
+compiled for them ahead of the measuring process.
 """
 
 from __future__ import annotations
