@@ -95,7 +95,10 @@ def ship(jit: Any) -> dict:
         except (OSError, TypeError) as error:
             raise Unshippable(f"the source of {name} cannot be read ({error})") from None
         source = "".join(lines)
-        for g in _global_names(textwrap.dedent(source)):
+        # The function alone: its decorators (the tuner's own, with its lists and hooks) stay here.
+        body = textwrap.dedent(source)
+        body = body[body.index("def ") if body.startswith("def ") else body.index("\ndef ") + 1:]
+        for g in _global_names(body):
             if g in values or g == name:
                 continue
             if g not in py.__globals__:
@@ -114,6 +117,9 @@ def ship(jit: Any) -> dict:
                 values[g] = ("module", value.__name__)
             elif (where := _importable(value)) is not None:
                 values[g] = ("attr", *where)
+            elif getattr(value, "__module__", None) == "__main__":  # Pickled by a reference nobody else has.
+                raise Unshippable(f"{name} reads {g!r}, a {type(value).__name__} defined beside it that is not "
+                                  "a @triton.jit function")
             else:
                 try:
                     values[g] = ("value", pickle.dumps(value))
