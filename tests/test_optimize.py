@@ -355,7 +355,7 @@ x = torch.randn(100)
 y = torch.empty_like(x)
 tripled[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, y, 100)
 out = {"correct": bool(torch.allclose(y, 3 * x)), "evaluations": tripled.evaluations,
-       "measuring_process": bool(measure._PARKED.get("cpu"))}
+       "measuring_process": bool(measure._PARKED.get("cpu")), "registers": [m.get("n_regs") for _, m, _ in tripled.last_session.history]}
 try:
     wrapped[(4,)](x, 100)
 except ValueError as error:
@@ -375,6 +375,8 @@ def test_a_kernel_of_a_script_travels_to_the_measuring_process_as_its_source(tmp
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["correct"] and result["evaluations"] == 2 and result["measuring_process"]
+    # Compiled for the H200 in the compile pool first (its registers read), which took the source too.
+    assert len(result["registers"]) == 2 and all(r > 0 for r in result["registers"])
     # What cannot travel is named: here the heuristics between the tuner and @triton.jit.
     assert "isolate=True measures in another process" in result["refused"]
     assert "wrapped (Heuristics)" in result["refused"]

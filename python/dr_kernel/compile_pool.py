@@ -69,24 +69,41 @@ class CompileRequest:
         fn = self.kernel.fn if isinstance(self.kernel, LaunchSource) else self.kernel[0]
         if isinstance(fn, str):
             return fn.rsplit(":", 1)[-1]
+        if not isinstance(fn, str) and _is_reference(fn):
+            return fn.name  # A Shipped source.
         return getattr(getattr(fn, "fn", fn), "__name__", "?")
 
 
-def function_reference(fn: Any) -> str:
-    """Returns the "module:qualname" by which a worker process can import a @triton.jit function."""
+def function_reference(fn: Any) -> Any:
+    """Returns the "module:qualname" by which a worker process can import a @triton.jit function,
+    or, for one of __main__ (a script's, a notebook's), its source (shipping.Shipped)."""
     python = getattr(fn, "fn", fn)
     module, qualname = getattr(python, "__module__", None), getattr(python, "__qualname__", "")
+    if module == "__main__" and "<locals>" not in qualname:
+        from .shipping import Shipped, ship
+
+        return Shipped(ship(jit_function(fn)))  # Raises Unshippable (a ValueError) saying why not.
     if module is None or "<locals>" in qualname:
         raise ValueError(f"kernel function {qualname or fn!r} is not defined at the top level of a module, "
                          "so a compile worker cannot import it; define it at module level.")
     return f"{module}:{qualname}"
 
 
-def resolve_function(reference: str) -> Any:
-    """Returns the @triton.jit function a "module:qualname" reference names. The name may be
-    bound to a wrapper around it (triton.autotune, triton.heuristics, dr_kernel's decorators, in
-    any stacking): each wrapper keeps what it wraps in `.fn`, which is followed down to the
-    kernel, without this module knowing the wrappers."""
+def _is_reference(fn: Any) -> bool:
+    from .shipping import Shipped
+
+    return isinstance(fn, (str, Shipped))
+
+
+def resolve_function(reference: Any) -> Any:
+    """Returns the @triton.jit function a "module:qualname" reference (or a Shipped source) names.
+    The name may be bound to a wrapper around it (triton.autotune, triton.heuristics, dr_kernel's
+    decorators, in any stacking): each wrapper keeps what it wraps in `.fn`, which is followed down
+    to the kernel, without this module knowing the wrappers."""
+    if not isinstance(reference, str):
+        from .shipping import resolve
+
+        return resolve(reference)
     module, _, qualname = reference.partition(":")
     target = owner = importlib.import_module(module)
     for part in qualname.split("."):
@@ -121,9 +138,9 @@ def _portable(request: CompileRequest) -> CompileRequest:
     kernel = request.kernel
     if isinstance(kernel, BuiltinKernel):
         return replace(request, kernel=kernel.name)
-    if isinstance(kernel, LaunchSource) and not isinstance(kernel.fn, str):
+    if isinstance(kernel, LaunchSource) and not _is_reference(kernel.fn):
         return replace(request, kernel=replace(kernel, fn=function_reference(kernel.fn)))
-    if isinstance(kernel, tuple) and not isinstance(kernel[0], str):
+    if isinstance(kernel, tuple) and not _is_reference(kernel[0]):
         return replace(request, kernel=(function_reference(kernel[0]), *kernel[1:]))
     return request
 
@@ -135,9 +152,9 @@ def analyse_request(request: CompileRequest) -> StaticReport:
         return build_launcher(kernel)
     if isinstance(kernel, str):
         kernel = get(kernel)
-    elif isinstance(kernel, LaunchSource) and isinstance(kernel.fn, str):
+    elif isinstance(kernel, LaunchSource) and _is_reference(kernel.fn):
         kernel = replace(kernel, fn=resolve_function(kernel.fn))
-    elif isinstance(kernel, tuple) and isinstance(kernel[0], str):
+    elif isinstance(kernel, tuple) and _is_reference(kernel[0]):
         kernel = (resolve_function(kernel[0]), *kernel[1:])
     return analyse(kernel, request.shape, request.dtype, request.config, request.device)
 

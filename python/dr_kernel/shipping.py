@@ -11,9 +11,9 @@ In the measuring process each function is compiled from a file of its own in whi
 on the line it had in the cell (its decorators replaced by one that does nothing, so that the
 source Triton hashes and the line it starts at are the original's), in one namespace named
 "__main__" as the cell's was, then wrapped by triton.jit with the original's options: its cache key
-is the original's (what it compiles lands in Triton's cache under the same key). The compile pool
-does not take such kernels yet (compile_pool.function_reference refuses __main__), so nothing is
-compiled for them ahead of the measuring process.
+is the original's: the binaries the compile workers made from the same description (they name
+such a kernel by a `Shipped`, compile_pool.function_reference) are the ones it finds in Triton's
+cache.
 """
 
 from __future__ import annotations
@@ -171,6 +171,32 @@ def load(shipped: dict, folder: str | None = None) -> Any:
         if spec[0] == "jit":
             space[name] = space[spec[1]]
     return space[shipped["kernel"]]
+
+
+class Shipped:
+    """A @triton.jit function of __main__ as a compile request names it (compile_pool.py): its
+    `ship` description, and the digest by which a worker keeps the one it rebuilt."""
+
+    def __init__(self, description: dict) -> None:
+        self.description = description
+        self.name = description["kernel"]
+        self.digest = hashlib.sha256(pickle.dumps(description)).hexdigest()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Shipped) and other.digest == self.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+
+_LOADED: dict[str, Any] = {}  # Digest -> the function rebuilt in this process (a compile worker's).
+
+
+def resolve(shipped: Shipped) -> Any:
+    """The function `shipped` describes, rebuilt once per process."""
+    if shipped.digest not in _LOADED:
+        _LOADED[shipped.digest] = load(shipped.description)
+    return _LOADED[shipped.digest]
 
 
 def shippable_reason(jit: Any) -> str | None:
