@@ -355,7 +355,8 @@ x = torch.randn(100)
 y = torch.empty_like(x)
 tripled[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, y, 100)
 out = {"correct": bool(torch.allclose(y, 3 * x)), "evaluations": tripled.evaluations,
-       "measuring_process": bool(measure._PARKED.get("cpu")), "registers": [m.get("n_regs") for _, m, _ in tripled.last_session.history]}
+       "measuring_process": bool(measure._PARKED.get("cpu")),
+       "registers": [m.get("n_regs") for _, m, _ in tripled.last_session.history]}
 try:
     wrapped[(4,)](x, 100)
 except ValueError as error:
