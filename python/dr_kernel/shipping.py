@@ -135,11 +135,13 @@ def ship(jit: Any) -> dict:
 
 
 def load(shipped: dict, folder: str | None = None) -> Any:
-    """The @triton.jit function `ship` described, rebuilt in this process (files under `folder`,
-    a temporary one by default)."""
+    """The @triton.jit function `ship` described, rebuilt in this process. Each function's file is
+    named by its content under `folder` (by default one folder in the system's temporary
+    directory, shared by every process: a kernel rebuilt again reuses its files)."""
     import triton
 
-    folder = folder or tempfile.mkdtemp(prefix="dr_kernel_shipped_")
+    folder = folder or os.path.join(tempfile.gettempdir(), f"dr_kernel_shipped_{os.getuid()}")
+    os.makedirs(folder, exist_ok=True)
     space: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins, _KEEP: lambda f: f}
     for name, spec in shipped["globals"].items():
         kind = spec[0]
@@ -163,8 +165,11 @@ def load(shipped: dict, folder: str | None = None) -> Any:
             text = textwrap.dedent(text)
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         path = os.path.join(folder, f"{f['name']}_{digest}.py")
-        with open(path, "w") as out:
-            out.write(text)
+        if not os.path.exists(path):
+            partial = f"{path}.{os.getpid()}.tmp"
+            with open(partial, "w") as out:
+                out.write(text)
+            os.replace(partial, path)  # Whole or absent, for processes rebuilding it at once.
         exec(compile(text, path, "exec"), space)  # noqa: S102 -- the user's own kernel, sent by its own process.
         space[f["name"]] = triton.jit(space[f["name"]], **f["options"])
     for name, spec in shipped["globals"].items():  # A callee read under another name than its own.
