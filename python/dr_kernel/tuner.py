@@ -562,13 +562,13 @@ class TunedKernel(TritonAutotuner):
     def _prepare(self, key: tuple, chosen, args: tuple, kwargs: dict, all_args: dict) -> tuple:
         """The launch of `key` worked out once: its config (tuned now if it has none), the
         config's launch arguments, its pre_hook and where its launches are counted."""
+        tuned_now = False
         if chosen is None:
             chosen, tuned_now = self._choose(args, kwargs, key)
             self.cache[key] = chosen
-            if tuned_now:
-                launch = chosen.all_kwargs() if hasattr(chosen, "all_kwargs") else dict(chosen)
-                self._reset_before_real_launch({**all_args, **launch})
         launch = chosen.all_kwargs() if hasattr(chosen, "all_kwargs") else dict(chosen)
+        if tuned_now:
+            self._reset_before_real_launch({**all_args, **launch})
         ready = (chosen, launch, getattr(chosen, "pre_hook", None), self._store_keys.get(key))
         self._ready[key] = ready
         return ready
