@@ -294,6 +294,17 @@ def test_isolate_true_on_a_kernel_in_main_is_one_clear_error(tmp_path):
     assert "ValueError: k: isolate=True measures in another process" in run.stderr and "module" in run.stderr
 
 
+def _last_json_of_script(tmp_path, name: str, text: str) -> dict:
+    """Runs `text` as the script `name` (its kernels are __main__'s) in the interpreter, with a
+    store of its own; returns the JSON of its last line."""
+    (tmp_path / name).write_text(text)
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, name], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 PIN_SCRIPT = r"""
 import json, torch, triton
 import triton.language as tl
@@ -317,13 +328,7 @@ print(json.dumps({"tuned": tuned, "pinned": int(y[0]), "best": block_of.best_con
 
 def test_a_config_written_into_the_cache_is_the_one_launched_next(tmp_path):
     # The launch path keeps each key's launch arguments worked out; the kernel's `cache` still rules.
-    (tmp_path / "pin.py").write_text(PIN_SCRIPT)
-    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
-               PYTHONPATH=os.pathsep.join(sys.path))
-    out = subprocess.run([sys.executable, "pin.py"], capture_output=True, text=True, env=env, timeout=600,
-                         cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = _last_json_of_script(tmp_path, "pin.py", PIN_SCRIPT)
     assert result["tuned"] in (32, 64) and result["pinned"] == result["best"] == 96 - result["tuned"]
 
 
@@ -368,13 +373,7 @@ print(json.dumps(out))
 def test_a_kernel_of_a_script_travels_to_the_measuring_process_as_its_source(tmp_path):
     # __main__ has no module a measuring process could import: the kernel and the @triton.jit
     # helper it calls go there as source, with the constexpr they read (shipping.py).
-    (tmp_path / "ship.py").write_text(SHIP_SCRIPT)
-    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
-               PYTHONPATH=os.pathsep.join(sys.path))
-    out = subprocess.run([sys.executable, "ship.py"], capture_output=True, text=True, env=env, timeout=600,
-                         cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = _last_json_of_script(tmp_path, "ship.py", SHIP_SCRIPT)
     assert result["correct"] and result["evaluations"] == 2 and result["measuring_process"]
     # Compiled for the H200 in the compile pool first (its registers read), which took the source too.
     assert len(result["registers"]) == 2 and all(r > 0 for r in result["registers"])
