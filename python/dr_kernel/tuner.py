@@ -333,10 +333,10 @@ _PRESTARTED: list = []
 def _prestart_measuring() -> None:
     """Starts a spare measuring process (measure.prestart) once per process, from a thread, when a
     GPU is there to measure on: not under Triton's interpreter (tests, CPU runs), not before the
-    program has imported torch (finding the GPU would import it here), not with
-    DR_KERNEL_PRESTART=0."""
+    program has imported torch (finding the GPU would import it here), not in collect mode (which
+    tunes nothing), not with DR_KERNEL_PRESTART=0."""
     if (_PRESTARTED or os.environ.get("DR_KERNEL_PRESTART", "1") == "0" or os.environ.get("TRITON_INTERPRET")
-            or "torch" not in sys.modules):
+            or "torch" not in sys.modules or collect.ACTIVE):
         return
     _PRESTARTED.append(True)
 
