@@ -80,9 +80,9 @@ def function_reference(fn: Any) -> Any:
     python = getattr(fn, "fn", fn)
     module, qualname = getattr(python, "__module__", None), getattr(python, "__qualname__", "")
     if module == "__main__" and "<locals>" not in qualname:
-        from .shipping import Shipped, ship
+        from .shipping import reference
 
-        return Shipped(ship(jit_function(fn)))  # Raises Unshippable (a ValueError) saying why not.
+        return reference(jit_function(fn))  # Raises Unshippable (a ValueError) saying why not.
     if module is None or "<locals>" in qualname:
         raise ValueError(f"kernel function {qualname or fn!r} is not defined at the top level of a module, "
                          "so a compile worker cannot import it; define it at module level.")

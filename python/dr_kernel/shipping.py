@@ -194,6 +194,19 @@ class Shipped:
         return hash(self.digest)
 
 
+_REFERENCES: dict[int, tuple[Any, Shipped]] = {}  # id -> (the function, its Shipped).
+
+
+def reference(jit: Any) -> Shipped:
+    """`jit` as a compile request names it: its Shipped description, made once per function (a
+    tuning asks per compile request; a notebook that changes a global the kernel reads redefines
+    the kernel, or Triton refuses its next launch)."""
+    known = _REFERENCES.get(id(jit))
+    if known is None or known[0] is not jit:
+        known = _REFERENCES[id(jit)] = (jit, Shipped(ship(jit)))
+    return known[1]
+
+
 _LOADED: dict[str, Any] = {}  # Digest -> the function rebuilt in this process (a compile worker's).
 
 

@@ -119,20 +119,24 @@ class KernelJob(Job):
 
     # ----- setup --------------------------------------------------------------------------------
 
-    def setup(self, device: str) -> Any:
-        fn = self.fn
-        if fn is None and self.shipped is not None:
+    def _kernel(self) -> Any:
+        """The kernel to launch in a measuring process: rebuilt from its source, or imported (the
+        tuner's own wrapper dropped, the ones below it kept)."""
+        if self.shipped is not None:
             from .shipping import load
 
-            fn = load(self.shipped)
-            pristine = {k: (v.to(device) if is_tensor(v) else v) for k, v in self.args.items()}
-        elif fn is None:
-            import importlib
+            return load(self.shipped)
+        import importlib
 
-            fn = importlib.import_module(self.module)
-            for part in self.name.split("."):
-                fn = getattr(fn, part)
-            fn = getattr(fn, "fn", fn) if isinstance(fn, TunedKernel) else fn
+        fn = importlib.import_module(self.module)
+        for part in self.name.split("."):
+            fn = getattr(fn, part)
+        return getattr(fn, "fn", fn) if isinstance(fn, TunedKernel) else fn
+
+    def setup(self, device: str) -> Any:
+        fn = self.fn
+        if fn is None:  # In a measuring process: the kernel by name or by source, the arguments moved here.
+            fn = self._kernel()
             pristine = {k: (v.to(device) if is_tensor(v) else v) for k, v in self.args.items()}
         else:
             pristine = dict(self.args)
