@@ -640,7 +640,7 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
                  source: str = "tune", workers: int | None = None, compile_timeout_s: float = 120.0,
                  settings=None, on_trial=None, space=None, limits: DeviceLimits | None = None,
                  prefetch: bool | None = None, measure_pool=None, resume: bool = False,
-                 isolate: bool = True) -> SessionResult:
+                 isolate: bool = True, compile_pool=None) -> SessionResult:
     """Tunes a built-in kernel on one problem: the flow @optimize runs, on the kernel's own space
     (or `space`), measuring on every visible GPU, or on the CPU in Triton's interpreter when
     `interpret` (those times order configs for testing; they are not GPU times). Static analysis
@@ -649,7 +649,8 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
     are not measured again, so that a session stopped part-way goes on where it stopped.
     `isolate=False` measures in this process on the first device, as triton.autotune does: no
     measuring process to start (seconds of a short session), and a config that crashes the GPU
-    context ends this process."""
+    context ends this process. `compile_pool` is a pool that serves others too (the process's
+    shared one): the session uses it and leaves it running."""
     from .analysis import device_limits
     from .measure import BuiltinJob, MeasurePool, in_process, visible_devices
     from .space import make_space
@@ -675,8 +676,11 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
     if pool is not None:
         pool.start()  # Its set-up overlaps the compile pool's start and the first compiles.
         measure, parallel = pool.measure, len(devices)
-    stage = StaticStage(CompilePool(workers=workers, timeout_s=compile_timeout_s),
-                        builtin_describer(kernel, shape, dtype, limits))
+    if compile_pool is None:
+        stage = StaticStage(CompilePool(workers=workers, timeout_s=compile_timeout_s),
+                            builtin_describer(kernel, shape, dtype, limits))
+    else:
+        stage = StaticStage(compile_pool, builtin_describer(kernel, shape, dtype, limits), own_pool=False)
     try:
         if pool is None:  # The compile workers are forked by now; this process's CUDA start overlaps them.
             measure, parallel = in_process(job, job.setup(devices[0]), settings, devices[0]), 1

@@ -1,0 +1,413 @@
+"""Operators with torch's semantics, each problem served by what measured fastest on this GPU: a
+built-in Triton kernel at its tuned config, or torch's own operator.
+
+    from dr_kernel import ops
+
+    c = ops.matmul(a, b)                          # torch.matmul
+    y = ops.softmax(x, dim=-1)                    # torch.softmax
+    y = ops.rms_norm(x, (x.shape[-1],), w, eps)   # torch.nn.functional.rms_norm
+    o = ops.attention(q, k, v, is_causal=True)    # torch.nn.functional.scaled_dot_product_attention
+
+The first call on a new problem (operator, sizes, dtype, GPU) tunes the built-in kernel for it (the
+agent, `stop="auto"`, in a measuring process, as `dr-kernel tune` does), then times the winner
+and torch's operator in this process in alternating rounds with one timer (L2 flushed, CUDA
+events), and keeps the Triton kernel for the problem only when it measured faster than torch by
+`margin`. Torch is one more variant of the search, so a call is never slower than torch's by more
+than the timer's noise. The choice goes to the results store (DR_KERNEL_DB or the user's cache):
+the next process takes it without measuring anything. `decisions()` lists this process's choices.
+
+Calls the built-in kernels do not cover go to torch unchanged, with torch's own errors: other
+dtypes (matmul and attention take fp16 and bf16; softmax and rms_norm also fp32), inputs that need
+gradients, layouts other than row-major (a transposed weight, a strided view), masks, dropout,
+key and value lengths other than the query's, softmax along another dimension. A tuning that fails
+(no config ran correctly, the GPU went away) is reported once as a warning and the problem goes to
+torch for the rest of the process; nothing is raised into the caller's program.
+
+Under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) the same flow runs on the CPU with
+wall-clock times, where torch wins; `configure(variants=("triton",))` keeps the Triton kernels
+(tests), `configure(variants=("torch",))` turns the tuning off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+VARIANTS = ("triton", "torch")
+
+
+@dataclasses.dataclass
+class OpsSettings:
+    """How dr_kernel.ops tunes and decides (`configure()` changes them for the process)."""
+
+    max_evals: int = 50           # Evaluations of one problem's tuning (the agent may stop sooner).
+    stop: str = "auto"            # "auto": stop once more measurements are unlikely to pay; "budget".
+    # The Triton kernel serves a problem only when its time is below (1 - margin) x torch's.
+    margin: float = 0.01
+    variants: tuple[str, ...] = VARIANTS
+    rounds: int = 5               # Alternating rounds of the race between the winner and torch...
+    reps: int = 10                # ...of this many timed launches each.
+    db: str | None = None         # The results store (None: DR_KERNEL_DB or the user's cache).
+    isolate: bool = True          # Measure in a measuring process (a crashing config cannot kill the caller).
+
+    def __post_init__(self) -> None:
+        unknown = [v for v in self.variants if v not in VARIANTS]
+        if unknown or not self.variants:
+            raise ValueError(f"dr_kernel.ops: variants={self.variants!r}: give one or both of 'triton' and 'torch'")
+        if not isinstance(self.max_evals, int) or isinstance(self.max_evals, bool) or self.max_evals < 1:
+            raise ValueError(f"dr_kernel.ops: max_evals={self.max_evals!r}: give a whole number of at least 1")
+        if self.stop not in ("auto", "budget"):
+            raise ValueError(f"dr_kernel.ops: stop={self.stop!r}: give 'auto' or 'budget'")
+        if not 0 <= self.margin < 1:
+            raise ValueError(f"dr_kernel.ops: margin={self.margin!r}: give a fraction from 0 to below 1")
+        for name in ("rounds", "reps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"dr_kernel.ops: {name}={value!r}: give a whole number of at least 1")
+
+
+settings = OpsSettings()
+_lock = threading.RLock()
+_choices: dict[tuple, Choice] = {}
+_stores: dict[str, Any] = {}
+
+
+def configure(**changes: Any) -> OpsSettings:
+    """Changes the settings for the rest of the process (and forgets this process's choices, so
+    that they are made again under the new settings); returns the settings now in force."""
+    global settings
+    with _lock:
+        settings = dataclasses.replace(settings, **changes)
+        _choices.clear()
+    return settings
+
+
+@dataclasses.dataclass
+class Choice:
+    """What serves one problem: `variant` "triton" (the built-in `kernel` at `config`) or "torch".
+    `triton_ms` and `torch_ms` are the race's medians (None when not raced); `source` says where
+    the choice came from: "tuned" in this process, "store" from an earlier one, or why torch serves
+    it without a race ("variants", a failed tuning)."""
+
+    op: str
+    kernel: str
+    shape: dict
+    dtype: str
+    device: str
+    variant: str
+    config: dict | None = None
+    triton_ms: float | None = None
+    torch_ms: float | None = None
+    evaluations: int = 0
+    source: str = "tuned"
+
+    @property
+    def speedup(self) -> float | None:
+        """torch's time over the Triton winner's (above 1: the kernel is faster)."""
+        if self.triton_ms and self.torch_ms:
+            return self.torch_ms / self.triton_ms
+        return None
+
+
+def decisions() -> list[Choice]:
+    """The choices this process has made or loaded, in the order they were first needed."""
+    with _lock:
+        return list(_choices.values())
+
+
+# ----- the operators ---------------------------------------------------------------------------------
+
+def matmul(a, b):
+    """torch.matmul(a, b). The Triton kernel serves row-major fp16/bf16 operands with `b` 2-D
+    (`a` may have batch dimensions, which fold into its rows)."""
+    import torch
+
+    problem = _matmul_problem(a, b)
+    if problem is not None:
+        choice = _choose("matmul", "matmul", problem[0], a.dtype, a.device)
+        if choice.variant == "triton":
+            a2, out, shape = problem[1], problem[2], problem[0]
+            _launch(choice, {"a": a2, "b": b, "c": out})
+            return out.reshape(*a.shape[:-1], shape["N"])
+    return torch.matmul(a, b)
+
+
+def softmax(x, dim: int = -1, dtype=None):
+    """torch.softmax(x, dim, dtype). The Triton kernel serves the last dimension of a row-major
+    fp16/bf16/fp32 tensor, with no dtype conversion."""
+    import torch
+
+    if dtype is None and _is_last(x, dim) and _rows_ok(x):
+        rows = x.numel() // x.shape[-1]
+        choice = _choose("softmax", "softmax", {"rows": rows, "cols": x.shape[-1]}, x.dtype, x.device)
+        if choice.variant == "triton":
+            x2 = x.reshape(rows, x.shape[-1])
+            y = torch.empty_like(x2)
+            _launch(choice, {"x": x2, "y": y})
+            return y.reshape(x.shape)
+    return torch.softmax(x, dim, dtype=dtype)
+
+
+def rms_norm(x, normalized_shape: Sequence[int], weight=None, eps: float | None = None):
+    """torch.nn.functional.rms_norm(x, normalized_shape, weight, eps). The Triton kernel serves a
+    row-major fp16/bf16/fp32 `x` normalised over its last dimension with a weight of its dtype."""
+    import torch
+
+    shape = tuple(normalized_shape) if isinstance(normalized_shape, Sequence) else (normalized_shape,)
+    if (_rows_ok(x) and shape == (x.shape[-1],) and _is_tensor(weight) and weight.dtype == x.dtype
+            and weight.device == x.device and weight.shape == shape and weight.is_contiguous()
+            and not _needs_grad(weight)):
+        rows = x.numel() // x.shape[-1]
+        choice = _choose("rms_norm", "rmsnorm", {"rows": rows, "cols": x.shape[-1]}, x.dtype, x.device)
+        if choice.variant == "triton":
+            x2 = x.reshape(rows, x.shape[-1])
+            y = torch.empty_like(x2)
+            _launch(choice, {"x": x2, "w": weight, "y": y,
+                             "eps": float(torch.finfo(x.dtype).eps if eps is None else eps)})
+            return y.reshape(x.shape)
+    return torch.nn.functional.rms_norm(x, normalized_shape, weight, eps)
+
+
+def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+              enable_gqa: bool = False):
+    """torch.nn.functional.scaled_dot_product_attention. The Triton kernel serves contiguous
+    fp16/bf16 (Z, H, N, D) query, key and value of one shape, D a power of two from 16 to 256, with
+    no mask, no dropout and no grouped heads."""
+    import torch
+
+    F = torch.nn.functional
+    if (attn_mask is None and dropout_p == 0.0 and not enable_gqa and all(_is_tensor(t) for t in (q, k, v))
+            and q.dim() == 4 and q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype
+            and q.dtype in _half_types() and q.device == k.device == v.device
+            and all(t.is_contiguous() for t in (q, k, v)) and not _needs_grad(q, k, v)
+            and q.shape[3] in (16, 32, 64, 128, 256) and q.numel() > 0):
+        Z, H, N, D = q.shape
+        shape = {"Z": Z, "H": H, "N_CTX": N, "HEAD_DIM": D, "CAUSAL": bool(is_causal)}
+        choice = _choose("attention", "attention", shape, q.dtype, q.device)
+        if choice.variant == "triton":
+            o = torch.empty_like(q)
+            _launch(choice, {"q": q, "k": k, "v": v, "o": o, "causal": bool(is_causal),
+                             "sm_scale": 1.0 / math.sqrt(D) if scale is None else float(scale)})
+            return o
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                                          scale=scale, enable_gqa=enable_gqa)
+
+
+# ----- which calls the kernels cover -----------------------------------------------------------------
+
+def _is_tensor(t) -> bool:
+    import torch
+
+    return isinstance(t, torch.Tensor)
+
+
+def _half_types():
+    import torch
+
+    return (torch.float16, torch.bfloat16)
+
+
+def _needs_grad(*tensors) -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _runnable(t) -> bool:
+    """On a GPU, or on the CPU under Triton's interpreter."""
+    return t.device.type == "cuda" or (t.device.type == "cpu" and bool(os.environ.get("TRITON_INTERPRET")))
+
+
+def _is_last(x, dim) -> bool:
+    return _is_tensor(x) and isinstance(dim, int) and x.dim() >= 1 and dim in (-1, x.dim() - 1)
+
+
+def _rows_ok(x) -> bool:
+    """A tensor whose last dimension is contiguous and whose other dimensions fold into rows of
+    that length without a copy, of a dtype the row kernels take."""
+    import torch
+
+    return (_is_tensor(x) and x.dim() >= 1 and x.dtype in (torch.float16, torch.bfloat16, torch.float32)
+            and x.numel() > 0 and x.is_contiguous() and _runnable(x) and not _needs_grad(x))
+
+
+def _matmul_problem(a, b):
+    """(shape, a as rows, the output) when the kernel covers torch.matmul(a, b), else None."""
+    import torch
+
+    if not (_is_tensor(a) and _is_tensor(b) and a.dim() >= 2 and b.dim() == 2 and a.dtype == b.dtype
+            and a.dtype in _half_types() and a.device == b.device and _runnable(a)
+            and a.shape[-1] == b.shape[0] and a.numel() > 0 and b.numel() > 0
+            and a.is_contiguous() and b.is_contiguous() and not _needs_grad(a, b)):
+        return None
+    K, N = b.shape
+    a2 = a.reshape(-1, K)
+    return {"M": a2.shape[0], "N": N, "K": K}, a2, torch.empty((a2.shape[0], N), device=a.device, dtype=a.dtype)
+
+
+# ----- choosing ------------------------------------------------------------------------------------------
+
+def _choose(op: str, kernel_name: str, shape: dict, torch_dtype, device) -> Choice:
+    from .kernels.base import dtype_name
+
+    dtype = dtype_name(torch_dtype)
+    index = (op, tuple(shape.items()), dtype, str(device))
+    choice = _choices.get(index)
+    if choice is not None:
+        return choice
+    with _lock:
+        choice = _choices.get(index)
+        if choice is None:
+            choice = _decide(op, kernel_name, shape, dtype, device)
+            _choices[index] = choice
+    return choice
+
+
+def _device_label(device) -> str:
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    return "cpu (Triton interpreter)"
+
+
+def store_key(op: str, kernel, shape: dict, dtype: str, device: str) -> str:
+    """The results store's key of a choice: operator, the built-in kernel's source, Triton's
+    version, the device, the problem, the settings that decide (variants and margin)."""
+    import hashlib
+    import inspect
+    import sys
+
+    import triton
+
+    # The kernel's whole module: its variants' kernels (split-K) and launch code are part of it.
+    module = sys.modules[getattr(kernel.fn, "fn", kernel.fn).__module__]
+    source = hashlib.sha256(inspect.getsource(module).encode()).hexdigest()[:16]
+    decide = json.dumps({"variants": sorted(settings.variants), "margin": settings.margin}, sort_keys=True)
+    return (f"ops.{op}|{kernel.name} {source}|triton {triton.__version__}|{device}|{dtype}|"
+            f"{json.dumps(shape, sort_keys=True)}|{decide}")
+
+
+def _store():
+    from .store import default_db_path, open_store
+
+    path = str(settings.db or default_db_path())
+    if path not in _stores:
+        _stores[path] = open_store(path)
+    return _stores[path]
+
+
+def _decide(op: str, kernel_name: str, shape: dict, dtype: str, device) -> Choice:
+    from . import kernels
+
+    kernel = kernels.get(kernel_name)
+    label = _device_label(device)
+    base = {"op": op, "kernel": kernel_name, "shape": dict(shape), "dtype": dtype, "device": label}
+    if "triton" not in settings.variants:
+        return Choice(**base, variant="torch", source="variants")
+    key = store_key(op, kernel, shape, dtype, label)
+    try:
+        store = _store()
+        stored = store.get_winner(key)
+    except Exception as e:  # noqa: BLE001 -- an unreadable store costs a tuning, not the caller's program.
+        warnings.warn(f"dr_kernel.ops: the results store cannot be read ({e}); tuning {op} {shape} anew",
+                      stacklevel=4)
+        store, stored = None, None
+    if stored is not None:
+        config, ms, evaluations = stored
+        config = dict(config)
+        variant = config.pop("variant", "torch")
+        times = {k: config.pop(k, None) for k in ("triton_ms", "torch_ms")}
+        return Choice(**base, variant=str(variant), config=config if variant == "triton" else None,
+                      evaluations=int(evaluations), source="store", **times)
+    try:
+        choice = _tune_and_race(op, kernel, shape, dtype, device, base, store)
+    except Exception as e:  # noqa: BLE001 -- never raised into the caller: torch serves the problem.
+        warnings.warn(f"dr_kernel.ops: {op} on {dtype} {shape}: the Triton kernel could not be tuned "
+                      f"({type(e).__name__}: {e}); torch serves this problem for the rest of the process",
+                      stacklevel=4)
+        return Choice(**base, variant="torch", source=f"tuning failed: {type(e).__name__}")
+    if store is not None:
+        record = {"variant": choice.variant, **(choice.config or {})}
+        record.update({k: v for k, v in (("triton_ms", choice.triton_ms), ("torch_ms", choice.torch_ms))
+                       if v is not None})
+        ms = choice.triton_ms if choice.variant == "triton" else choice.torch_ms
+        try:
+            store.put_winner(key, record, math.nan if ms is None else ms, choice.evaluations,
+                             f"dr_kernel.ops {op}", settings.max_evals)
+        except Exception as e:  # noqa: BLE001 -- the choice stands for this process either way.
+            warnings.warn(f"dr_kernel.ops: the choice for {op} {shape} could not be stored ({e}); the next "
+                          "process makes it again", stacklevel=4)
+    return choice
+
+
+def _tune_and_race(op: str, kernel, shape: dict, dtype: str, device, base: dict, store) -> Choice:
+    from .session import tune_builtin
+    from .tuner import AUTO_STOP, shared_compile_pool
+
+    interpret = device.type == "cpu"
+    result = tune_builtin(kernel, shape, dtype, strategy="ppo", max_evals=settings.max_evals,
+                          options=dict(AUTO_STOP) if settings.stop == "auto" else {}, interpret=interpret,
+                          store=store, source="ops", isolate=settings.isolate,
+                          compile_pool=None if interpret else shared_compile_pool(120.0))
+    if result.best_config is None:
+        statuses = ", ".join(f"{n} {s}" for s, n in result.statuses.items()) or "nothing measured"
+        raise RuntimeError(f"no config of the kernel ran correctly ({statuses})")
+    config = dict(result.best_config)
+    evaluations = result.evaluations
+    if "torch" not in settings.variants:
+        return Choice(**base, variant="triton", config=config, triton_ms=result.best_ms,
+                      evaluations=evaluations)
+    triton_ms, torch_ms = race(kernel, shape, dtype, device, config)
+    variant = "triton" if triton_ms < (1.0 - settings.margin) * torch_ms else "torch"
+    return Choice(**base, variant=variant, config=config if variant == "triton" else None, triton_ms=triton_ms,
+                  torch_ms=torch_ms, evaluations=evaluations)
+
+
+def race(kernel, shape: dict, dtype: str, device, config: dict) -> tuple[float, float]:
+    """The median milliseconds of the built-in `kernel` at `config` and of torch's operator on one
+    problem, timed in this process in alternating rounds with one timer, on inputs of their own."""
+    import torch
+
+    from .measure import MeasureSettings, _Timer
+
+    device = torch.device(device)
+    inputs = kernel.make_inputs(shape, dtype, device, seed=0)
+    timer = _Timer(str(device), MeasureSettings.flush_bytes)
+    fn = kernel.fn_for(config)
+    runs: dict[str, Callable[[], Any]] = {
+        "triton": lambda: kernel._launch(fn, inputs, config),
+        "torch": lambda: kernel.framework(inputs),
+    }
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for run in runs.values():
+        run()  # Loads the binary (and picks torch's library kernel) outside the timing.
+    if timer.cuda:
+        torch.cuda.synchronize(device)
+    with torch.cuda.device(device) if timer.cuda else _nothing():
+        for _ in range(settings.rounds):
+            for name, run in runs.items():
+                times[name] += [timer.time_ms(run) for _ in range(settings.reps)]
+    return statistics.median(times["triton"]), statistics.median(times["torch"])
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _launch(choice: Choice, inputs: dict) -> None:
+    from . import kernels
+
+    kernel = kernels.get(choice.kernel)
+    kernel._launch(kernel.fn_for(choice.config), inputs, choice.config)

@@ -1,0 +1,77 @@
+"""dr_kernel.ops in Triton's interpreter, run by tests/test_ops.py: each operator on problems its
+kernel covers (tuned with 2 evaluations, Triton kept) and on calls it does not cover, then one
+problem raced against torch (configure() starts the process's choices afresh). Prints one JSON
+line: per covered call, the largest difference from an fp32 torch result and that result's scale;
+per uncovered call, whether it is torch's own; the choices; the store's row count."""
+
+import json
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+from dr_kernel import _core, ops  # noqa: E402
+
+db = sys.argv[1]
+F = torch.nn.functional
+torch.manual_seed(0)
+ops.configure(variants=("triton",), max_evals=2, db=db)
+
+
+def diff(out, expected) -> dict:
+    out, expected = out.float(), expected.float()
+    return {"shape_ok": out.shape == expected.shape, "max_diff": (out - expected).abs().max().item(),
+            "scale": expected.abs().max().item()}
+
+
+a = torch.randn(2, 19, 40, dtype=torch.float16)  # Batch dimensions fold into 38 rows.
+b = torch.randn(40, 29, dtype=torch.float16)
+x = torch.randn(3, 2, 300, dtype=torch.bfloat16)
+w = torch.randn(300, dtype=torch.bfloat16)
+q, k, v = (torch.randn(1, 2, 50, 16, dtype=torch.float16) for _ in range(3))
+covered = {
+    "matmul": diff(ops.matmul(a, b), torch.matmul(a.float(), b.float())),
+    "softmax": diff(ops.softmax(x, dim=-1), torch.softmax(x.float(), -1)),
+    "rms_norm": diff(ops.rms_norm(x, (300,), w, 1e-5), F.rms_norm(x.float(), (300,), w.float(), 1e-5)),
+    "attention": diff(ops.attention(q, k, v, is_causal=True, scale=0.3),
+                      F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, scale=0.3)),
+}
+tuned = len(ops.decisions())
+
+# Calls the kernels do not cover: torch's own result, bit for bit, and nothing tuned.
+grad = torch.randn(38, 40, dtype=torch.float16, requires_grad=True)
+kv = torch.randn(1, 2, 30, 16, dtype=torch.float16)
+mask = torch.ones(50, 50, dtype=torch.bool).tril()
+uncovered = {
+    "matmul fp32": torch.equal(ops.matmul(a.float(), b.float()), torch.matmul(a.float(), b.float())),
+    "matmul transposed b": torch.equal(ops.matmul(a, b.t().contiguous().t()), torch.matmul(a, b)),
+    "matmul 1-d b": torch.equal(ops.matmul(a, b[:, 0].contiguous()), torch.matmul(a, b[:, 0].contiguous())),
+    "matmul needs grad": torch.equal(ops.matmul(grad, b), torch.matmul(grad, b)),
+    "softmax dim 0": torch.equal(ops.softmax(x, dim=0), torch.softmax(x, 0)),
+    "softmax dtype": torch.equal(ops.softmax(x, -1, dtype=torch.float32), torch.softmax(x, -1, dtype=torch.float32)),
+    "softmax strided": torch.equal(ops.softmax(x[:, :, ::2]), torch.softmax(x[:, :, ::2], -1)),
+    "rms_norm no weight": torch.equal(ops.rms_norm(x, (300,)), F.rms_norm(x, (300,))),
+    "rms_norm two dims": torch.equal(ops.rms_norm(x, (2, 300)), F.rms_norm(x, (2, 300))),
+    "attention mask": torch.equal(ops.attention(q, k, v, attn_mask=mask),
+                                  F.scaled_dot_product_attention(q, k, v, mask)),
+    "attention kv length": torch.equal(ops.attention(q, kv, kv), F.scaled_dot_product_attention(q, kv, kv)),
+    "attention head dim 12": torch.equal(ops.attention(q[..., :12].contiguous(), k[..., :12].contiguous(),
+                                                       v[..., :12].contiguous()),
+                                         F.scaled_dot_product_attention(q[..., :12], k[..., :12], v[..., :12])),
+}
+untouched = len(ops.decisions()) == tuned
+choices = ops.decisions()
+
+# The race: torch on the CPU beats the interpreter, so torch serves the problem, with its result.
+ops.configure(variants=("triton", "torch"))
+s = torch.randn(4, 256, dtype=torch.float16)
+raced_equal = torch.equal(ops.softmax(s), torch.softmax(s, -1))
+
+print(json.dumps({
+    "covered": covered, "uncovered": uncovered, "untouched": untouched,
+    "raced_equal": raced_equal,
+    "choices": [{"op": c.op, "variant": c.variant, "source": c.source, "config": c.config, "triton_ms": c.triton_ms,
+                 "torch_ms": c.torch_ms, "evaluations": c.evaluations} for c in choices + ops.decisions()],
+    "rows": _core.Store(db).count(),
+}))

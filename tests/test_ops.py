@@ -1,0 +1,96 @@
+"""dr_kernel.ops: torch's results through the tuned built-in kernels, torch itself for what they do
+not cover, the race against torch, and choices that the next process takes from the store
+(tests/ops_program.py, in Triton's interpreter)."""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def _run(db: Path) -> dict:
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+    out = subprocess.run([sys.executable, str(HERE / "ops_program.py"), str(db)], capture_output=True, text=True,
+                         env=env, timeout=900, cwd=db.parent)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    db = tmp_path_factory.mktemp("ops") / "results.db"
+    return _run(db), _run(db)
+
+
+def test_each_operator_gives_torchs_result_through_its_tuned_kernel(runs):
+    first, _ = runs
+    for op, r in first["covered"].items():
+        assert r["shape_ok"], op
+        # fp16 and bf16 outputs carry the dtype's rounding of an fp32 result (bf16: 8 bits).
+        assert r["max_diff"] <= 2 ** -7 * max(1.0, r["scale"]) * 2, (op, r)
+    choices = first["choices"]
+    assert [c["op"] for c in choices[:4]] == ["matmul", "softmax", "rms_norm", "attention"]
+    assert all(c["variant"] == "triton" and c["source"] == "tuned" and c["evaluations"] == 2 and c["config"]
+               for c in choices[:4])
+
+
+def test_calls_the_kernels_do_not_cover_are_torchs_own(runs):
+    first, _ = runs
+    assert first["uncovered"] and all(first["uncovered"].values()), first["uncovered"]
+    assert first["untouched"]  # None of them tuned anything.
+
+
+def test_torch_serves_a_problem_where_it_is_faster(runs):
+    first, _ = runs
+    raced = first["choices"][4]
+    # The interpreter runs the kernel one program after another: torch's CPU softmax wins the race.
+    assert raced["op"] == "softmax" and raced["variant"] == "torch" and raced["source"] == "tuned"
+    assert raced["torch_ms"] < raced["triton_ms"]
+    assert first["raced_equal"]
+
+
+def test_the_next_process_takes_every_choice_from_the_store(runs):
+    first, again = runs
+    assert [c["source"] for c in again["choices"]] == ["store"] * 5
+    strip = [{k: c[k] for k in ("op", "variant", "config")} for c in first["choices"]]
+    assert [{k: c[k] for k in ("op", "variant", "config")} for c in again["choices"]] == strip
+    assert again["choices"][4]["torch_ms"] == first["choices"][4]["torch_ms"]
+    assert again["rows"] == first["rows"] > 0  # Nothing measured again.
+
+
+def test_a_tuning_that_fails_warns_once_and_torch_serves_the_problem(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch")
+    from dr_kernel import ops
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(ops, "_tune_and_race", lambda *a: (_ for _ in ()).throw(RuntimeError("the GPU went away")))
+    ops.configure(db=str(tmp_path / "results.db"))
+    try:
+        x = torch.randn(4, 64)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert torch.equal(ops.softmax(x), torch.softmax(x, -1))
+            assert torch.equal(ops.softmax(x), torch.softmax(x, -1))
+        assert len(caught) == 1 and "the GPU went away" in str(caught[0].message)
+        assert "torch serves this problem" in str(caught[0].message)
+        assert ops.decisions()[-1].source == "tuning failed: RuntimeError"
+    finally:
+        ops.configure(db=None)
+
+
+@pytest.mark.parametrize("changes, named", [({"variants": ("cuda",)}, "variants"), ({"max_evals": 0}, "max_evals"),
+                                            ({"stop": "soon"}, "stop"), ({"margin": 1.5}, "margin"),
+                                            ({"reps": 0}, "reps")])
+def test_a_bad_setting_is_refused_naming_it(changes, named):
+    from dr_kernel import ops
+
+    before = ops.settings
+    with pytest.raises(ValueError, match=named):
+        ops.configure(**changes)
+    assert ops.settings is before
