@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ops, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
@@ -65,6 +65,12 @@ for step in "$@"; do
       DR_KERNEL_DB="$work/retune/run.db" PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 120 python3 benchmarks/retune_gpu.py \
         > "$work/retune/after.json" 2> "$work/retune/after.log"
       echo "retune after: rc $? after $(elapsed) s: $(tail -c 400 "$work/retune/after.json")"
+      pack ;;
+    ops)  # Issue 11: dr_kernel.ops against torch on the published problem set (OPS_FAMILIES picks).
+      PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 "$(( ${OPS_DEADLINE:-480} + 90 ))" python3 benchmarks/ops_bench.py \
+        --out "$work/ops" --deadline "${OPS_DEADLINE:-480}" --dispatch ${OPS_FAMILIES:+--families "$OPS_FAMILIES"} \
+        > "$work/ops.log" 2>&1
+      echo "ops: rc $? after $(elapsed) s"; grep -v Warning "$work/ops.log" | tail -45
       pack ;;
     shipped)  # Issue 12: a kernel of __main__ measured in a measuring process, sent as its source.
       timeout -k 10 240 python3 benchmarks/shipped_gpu.py > "$work/shipped.json" 2> "$work/shipped.log"

@@ -40,6 +40,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+import torch.nn.functional as F
+
 VARIANTS = ("triton", "torch")
 
 
@@ -75,7 +78,8 @@ class OpsSettings:
 
 settings = OpsSettings()
 _lock = threading.RLock()
-_choices: dict[tuple, Choice] = {}
+_choices: dict[tuple, Choice] = {}  # (op, problem, dtype, device) -> its choice.
+_served: dict[tuple, Choice] = {}  # A call's (op, sizes, dtypes, device, flags) -> the choice serving it.
 _stores: dict[str, Any] = {}
 
 
@@ -86,6 +90,7 @@ def configure(**changes: Any) -> OpsSettings:
     with _lock:
         settings = dataclasses.replace(settings, **changes)
         _choices.clear()
+        _served.clear()
     return settings
 
 
@@ -108,6 +113,18 @@ class Choice:
     evaluations: int = 0
     source: str = "tuned"
 
+    _launcher: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    def launch(self, inputs: dict) -> None:
+        """Launches the chosen Triton kernel on a call's tensors (the built-in's launch convention)."""
+        if self._launcher is None:
+            from . import kernels
+
+            kernel = kernels.get(self.kernel)
+            fn, launch, config = kernel.fn_for(self.config), kernel._launch, self.config
+            self._launcher = lambda inputs: launch(fn, inputs, config)
+        self._launcher(inputs)
+
     @property
     def speedup(self) -> float | None:
         """torch's time over the Triton winner's (above 1: the kernel is faster)."""
@@ -123,56 +140,58 @@ def decisions() -> list[Choice]:
 
 
 # ----- the operators ---------------------------------------------------------------------------------
+# Each operator looks its call up by (sizes, dtype, device, flags) first: a call already decided
+# costs a few microseconds more than torch's own (benchmarks/ops_bench.py --dispatch).
 
 def matmul(a, b):
     """torch.matmul(a, b). The Triton kernel serves row-major fp16/bf16 operands with `b` 2-D
     (`a` may have batch dimensions, which fold into its rows)."""
-    import torch
-
-    problem = _matmul_problem(a, b)
-    if problem is not None:
-        choice = _choose("matmul", "matmul", problem[0], a.dtype, a.device)
-        if choice.variant == "triton":
-            a2, out, shape = problem[1], problem[2], problem[0]
-            _launch(choice, {"a": a2, "b": b, "c": out})
-            return out.reshape(*a.shape[:-1], shape["N"])
+    if (type(a) is _Tensor and type(b) is _Tensor and a.dtype in _HALF and b.dtype == a.dtype and b.dim() == 2
+            and a.dim() >= 2 and a.is_contiguous() and b.is_contiguous() and not _needs_grad(a, b)
+            and a.device == b.device):
+        device = a.device
+        choice = _served.get(("matmul", a.shape, b.shape, a.dtype, device))
+        if choice is None and _runnable(device) and a.shape[-1] == b.shape[0] and a.numel() > 0 and b.numel() > 0:
+            K, N = b.shape
+            choice = _choose(("matmul", a.shape, b.shape, a.dtype, device), "matmul", "matmul",
+                             {"M": a.numel() // K, "N": N, "K": K}, a.dtype, device)
+        if choice is not None and choice.variant == "triton":
+            a2 = a.reshape(-1, b.shape[0])
+            c = torch.empty((a2.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)
+            choice.launch({"a": a2, "b": b, "c": c})
+            return c.reshape(*a.shape[:-1], b.shape[1])
     return torch.matmul(a, b)
 
 
 def softmax(x, dim: int = -1, dtype=None):
     """torch.softmax(x, dim, dtype). The Triton kernel serves the last dimension of a row-major
     fp16/bf16/fp32 tensor, with no dtype conversion."""
-    import torch
-
-    if dtype is None and _is_last(x, dim) and _rows_ok(x):
-        rows = x.numel() // x.shape[-1]
-        choice = _choose("softmax", "softmax", {"rows": rows, "cols": x.shape[-1]}, x.dtype, x.device)
-        if choice.variant == "triton":
-            x2 = x.reshape(rows, x.shape[-1])
+    if dtype is None and type(x) is _Tensor and _rows_ok(x) and (dim == -1 or dim == x.dim() - 1):
+        choice = _row_choice("softmax", "softmax", x)
+        if choice is not None and choice.variant == "triton":
+            x2 = x.view(-1, x.shape[-1])
             y = torch.empty_like(x2)
-            _launch(choice, {"x": x2, "y": y})
-            return y.reshape(x.shape)
+            choice.launch({"x": x2, "y": y})
+            return y.view(x.shape)
     return torch.softmax(x, dim, dtype=dtype)
 
 
 def rms_norm(x, normalized_shape: Sequence[int], weight=None, eps: float | None = None):
     """torch.nn.functional.rms_norm(x, normalized_shape, weight, eps). The Triton kernel serves a
     row-major fp16/bf16/fp32 `x` normalised over its last dimension with a weight of its dtype."""
-    import torch
-
-    shape = tuple(normalized_shape) if isinstance(normalized_shape, Sequence) else (normalized_shape,)
-    if (_rows_ok(x) and shape == (x.shape[-1],) and _is_tensor(weight) and weight.dtype == x.dtype
-            and weight.device == x.device and weight.shape == shape and weight.is_contiguous()
-            and not _needs_grad(weight)):
-        rows = x.numel() // x.shape[-1]
-        choice = _choose("rms_norm", "rmsnorm", {"rows": rows, "cols": x.shape[-1]}, x.dtype, x.device)
-        if choice.variant == "triton":
-            x2 = x.reshape(rows, x.shape[-1])
+    if (type(x) is _Tensor and type(weight) is _Tensor and _rows_ok(x) and weight.dtype == x.dtype
+            and weight.dim() == 1 and weight.shape[0] == x.shape[-1] and weight.is_contiguous()
+            and not _needs_grad(weight) and weight.device == x.device
+            and tuple(normalized_shape if isinstance(normalized_shape, Sequence) else (normalized_shape,))
+            == (x.shape[-1],)):
+        choice = _row_choice("rms_norm", "rmsnorm", x)
+        if choice is not None and choice.variant == "triton":
+            x2 = x.view(-1, x.shape[-1])
             y = torch.empty_like(x2)
-            _launch(choice, {"x": x2, "w": weight, "y": y,
-                             "eps": float(torch.finfo(x.dtype).eps if eps is None else eps)})
-            return y.reshape(x.shape)
-    return torch.nn.functional.rms_norm(x, normalized_shape, weight, eps)
+            eps = float(torch.finfo(x.dtype).eps if eps is None else eps)
+            choice.launch({"x": x2, "w": weight, "y": y, "eps": eps})
+            return y.view(x.shape)
+    return F.rms_norm(x, normalized_shape, weight, eps)
 
 
 def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
@@ -180,21 +199,22 @@ def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool =
     """torch.nn.functional.scaled_dot_product_attention. The Triton kernel serves contiguous
     fp16/bf16 (Z, H, N, D) query, key and value of one shape, D a power of two from 16 to 256, with
     no mask, no dropout and no grouped heads."""
-    import torch
-
-    F = torch.nn.functional
-    if (attn_mask is None and dropout_p == 0.0 and not enable_gqa and all(_is_tensor(t) for t in (q, k, v))
-            and q.dim() == 4 and q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype
-            and q.dtype in _half_types() and q.device == k.device == v.device
-            and all(t.is_contiguous() for t in (q, k, v)) and not _needs_grad(q, k, v)
-            and q.shape[3] in (16, 32, 64, 128, 256) and q.numel() > 0):
-        Z, H, N, D = q.shape
-        shape = {"Z": Z, "H": H, "N_CTX": N, "HEAD_DIM": D, "CAUSAL": bool(is_causal)}
-        choice = _choose("attention", "attention", shape, q.dtype, q.device)
-        if choice.variant == "triton":
+    if (attn_mask is None and dropout_p == 0.0 and not enable_gqa and type(q) is _Tensor and type(k) is _Tensor
+            and type(v) is _Tensor and q.dim() == 4 and q.dtype in _HALF and q.shape == k.shape == v.shape
+            and q.dtype == k.dtype == v.dtype and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
+            and not _needs_grad(q, k, v) and q.device == k.device == v.device):
+        device = q.device
+        index = ("attention", q.shape, q.dtype, device, bool(is_causal))
+        choice = _served.get(index)
+        if (choice is None and _runnable(device)
+                and q.shape[3] in (16, 32, 64, 128, 256) and q.numel() > 0):
+            Z, H, N, D = q.shape
+            choice = _choose(index, "attention", "attention",
+                             {"Z": Z, "H": H, "N_CTX": N, "HEAD_DIM": D, "CAUSAL": bool(is_causal)}, q.dtype, device)
+        if choice is not None and choice.variant == "triton":
             o = torch.empty_like(q)
-            _launch(choice, {"q": q, "k": k, "v": v, "o": o, "causal": bool(is_causal),
-                             "sm_scale": 1.0 / math.sqrt(D) if scale is None else float(scale)})
+            choice.launch({"q": q, "k": k, "v": v, "o": o, "causal": bool(is_causal),
+                           "sm_scale": 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)})
             return o
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                                           scale=scale, enable_gqa=enable_gqa)
@@ -202,78 +222,56 @@ def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool =
 
 # ----- which calls the kernels cover -----------------------------------------------------------------
 
-def _is_tensor(t) -> bool:
-    import torch
-
-    return isinstance(t, torch.Tensor)
-
-
-def _half_types():
-    import torch
-
-    return (torch.float16, torch.bfloat16)
+_Tensor = torch.Tensor  # Subclasses (DTensor, FakeTensor, ...) have their own dispatch: torch serves them.
+_HALF = (torch.float16, torch.bfloat16)
+_ROWS = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def _needs_grad(*tensors) -> bool:
-    import torch
-
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def _runnable(t) -> bool:
+def _runnable(device) -> bool:
     """On a GPU, or on the CPU under Triton's interpreter."""
-    return t.device.type == "cuda" or (t.device.type == "cpu" and bool(os.environ.get("TRITON_INTERPRET")))
-
-
-def _is_last(x, dim) -> bool:
-    return _is_tensor(x) and isinstance(dim, int) and x.dim() >= 1 and dim in (-1, x.dim() - 1)
+    return device.type == "cuda" or (device.type == "cpu" and bool(os.environ.get("TRITON_INTERPRET")))
 
 
 def _rows_ok(x) -> bool:
-    """A tensor whose last dimension is contiguous and whose other dimensions fold into rows of
-    that length without a copy, of a dtype the row kernels take."""
-    import torch
-
-    return (_is_tensor(x) and x.dim() >= 1 and x.dtype in (torch.float16, torch.bfloat16, torch.float32)
-            and x.numel() > 0 and x.is_contiguous() and _runnable(x) and not _needs_grad(x))
+    """A tensor whose dimensions fold into contiguous rows of its last one without a copy, of a
+    dtype the row kernels take."""
+    return x.dtype in _ROWS and x.dim() >= 1 and x.is_contiguous() and not _needs_grad(x)
 
 
-def _matmul_problem(a, b):
-    """(shape, a as rows, the output) when the kernel covers torch.matmul(a, b), else None."""
-    import torch
-
-    if not (_is_tensor(a) and _is_tensor(b) and a.dim() >= 2 and b.dim() == 2 and a.dtype == b.dtype
-            and a.dtype in _half_types() and a.device == b.device and _runnable(a)
-            and a.shape[-1] == b.shape[0] and a.numel() > 0 and b.numel() > 0
-            and a.is_contiguous() and b.is_contiguous() and not _needs_grad(a, b)):
-        return None
-    K, N = b.shape
-    a2 = a.reshape(-1, K)
-    return {"M": a2.shape[0], "N": N, "K": K}, a2, torch.empty((a2.shape[0], N), device=a.device, dtype=a.dtype)
+def _row_choice(op: str, kernel_name: str, x) -> Choice | None:
+    device = x.device
+    index = (op, x.shape, x.dtype, device)
+    choice = _served.get(index)
+    if choice is None and _runnable(device) and x.numel() > 0:
+        choice = _choose(index, op, kernel_name, {"rows": x.numel() // x.shape[-1], "cols": x.shape[-1]}, x.dtype,
+                         device)
+    return choice
 
 
 # ----- choosing ------------------------------------------------------------------------------------------
 
-def _choose(op: str, kernel_name: str, shape: dict, torch_dtype, device) -> Choice:
+def _choose(index: tuple, op: str, kernel_name: str, shape: dict, torch_dtype, device) -> Choice:
+    """The choice for a problem (made, or read from the store, once per problem and process),
+    filed under the call's `index` for the next call."""
     from .kernels.base import dtype_name
 
     dtype = dtype_name(torch_dtype)
-    index = (op, tuple(shape.items()), dtype, str(device))
-    choice = _choices.get(index)
-    if choice is not None:
-        return choice
+    problem = (op, tuple(shape.items()), dtype, str(device))
     with _lock:
-        choice = _choices.get(index)
+        choice = _choices.get(problem)
         if choice is None:
             choice = _decide(op, kernel_name, shape, dtype, device)
-            _choices[index] = choice
+            _choices[problem] = choice
+        _served[index] = choice
     return choice
 
 
 def _device_label(device) -> str:
     if device.type == "cuda":
-        import torch
-
         return torch.cuda.get_device_name(device)
     return "cpu (Triton interpreter)"
 
@@ -358,7 +356,7 @@ def _tune_and_race(op: str, kernel, shape: dict, dtype: str, device, base: dict,
                           store=store, source="ops", isolate=settings.isolate,
                           compile_pool=None if interpret else shared_compile_pool(120.0))
     if result.best_config is None:
-        statuses = ", ".join(f"{n} {s}" for s, n in result.statuses.items()) or "nothing measured"
+        statuses = ", ".join(f"{n} {s}" for s, n in result.statuses().items()) or "nothing measured"
         raise RuntimeError(f"no config of the kernel ran correctly ({statuses})")
     config = dict(result.best_config)
     evaluations = result.evaluations
@@ -374,8 +372,6 @@ def _tune_and_race(op: str, kernel, shape: dict, dtype: str, device, base: dict,
 def race(kernel, shape: dict, dtype: str, device, config: dict) -> tuple[float, float]:
     """The median milliseconds of the built-in `kernel` at `config` and of torch's operator on one
     problem, timed in this process in alternating rounds with one timer, on inputs of their own."""
-    import torch
-
     from .measure import MeasureSettings, _Timer
 
     device = torch.device(device)
@@ -404,10 +400,3 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
-
-
-def _launch(choice: Choice, inputs: dict) -> None:
-    from . import kernels
-
-    kernel = kernels.get(choice.kernel)
-    kernel._launch(kernel.fn_for(choice.config), inputs, choice.config)

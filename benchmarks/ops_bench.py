@@ -1,0 +1,260 @@
+"""dr_kernel.ops against torch on the H200: the published problem set of issue 11 (20 shapes per
+family: regular, odd, skinny, deep-K, rows and strides that are not multiples of 16; fp16 and
+bf16), each in a fresh store.
+
+For each problem: the first call's wall time (tuning the built-in kernel, `stop="auto"`, then the
+race against torch), then with Triton's do_bench (L2 cleared before each launch) torch's operator,
+the tuned Triton kernel alone, and the dr_kernel.ops call (whichever won the race), each with the
+fraction of the H200's peak it reaches (FLOP/s or bytes/s, the roofline's verdict). One JSON file
+per problem under --out, written as it finishes, so that a run cut short keeps what it measured.
+
+    python benchmarks/ops_bench.py --out DIR [--families matmul,attention] [--deadline 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+# (shape, dtype): the problem set. Sizes a model meets (LLM projections, heads, vocabularies) and
+# the shapes tuners get wrong: odd sizes, one tile of rows, K far deeper than M·N.
+PROBLEMS: dict[str, list[tuple[dict, str]]] = {
+    "matmul": [
+        ({"M": 1024, "N": 1024, "K": 1024}, "fp16"), ({"M": 2048, "N": 2048, "K": 2048}, "bf16"),
+        ({"M": 4096, "N": 4096, "K": 4096}, "fp16"), ({"M": 8192, "N": 8192, "K": 4096}, "bf16"),
+        ({"M": 4096, "N": 11008, "K": 4096}, "fp16"), ({"M": 8192, "N": 4096, "K": 14336}, "bf16"),
+        ({"M": 16, "N": 4096, "K": 4096}, "fp16"), ({"M": 32, "N": 8192, "K": 8192}, "bf16"),
+        ({"M": 128, "N": 4096, "K": 4096}, "fp16"), ({"M": 4096, "N": 128, "K": 4096}, "bf16"),
+        ({"M": 8, "N": 14336, "K": 4096}, "bf16"), ({"M": 512, "N": 512, "K": 32768}, "fp16"),
+        ({"M": 1024, "N": 1024, "K": 16384}, "bf16"), ({"M": 256, "N": 256, "K": 65536}, "fp16"),
+        ({"M": 3000, "N": 5000, "K": 1000}, "fp16"), ({"M": 4095, "N": 4095, "K": 4095}, "bf16"),
+        ({"M": 1000, "N": 1000, "K": 1000}, "fp16"), ({"M": 2047, "N": 1023, "K": 777}, "bf16"),
+        ({"M": 4096, "N": 4095, "K": 4096}, "fp16"), ({"M": 6144, "N": 1000, "K": 2048}, "bf16"),
+    ],
+    "attention": [
+        ({"Z": 4, "H": 32, "N_CTX": 4096, "HEAD_DIM": 64, "CAUSAL": False}, "fp16"),
+        ({"Z": 4, "H": 32, "N_CTX": 4096, "HEAD_DIM": 64, "CAUSAL": True}, "bf16"),
+        ({"Z": 2, "H": 16, "N_CTX": 8192, "HEAD_DIM": 128, "CAUSAL": False}, "bf16"),
+        ({"Z": 2, "H": 16, "N_CTX": 8192, "HEAD_DIM": 128, "CAUSAL": True}, "fp16"),
+        ({"Z": 1, "H": 8, "N_CTX": 16384, "HEAD_DIM": 128, "CAUSAL": True}, "bf16"),
+        ({"Z": 8, "H": 16, "N_CTX": 1024, "HEAD_DIM": 64, "CAUSAL": False}, "fp16"),
+        ({"Z": 16, "H": 16, "N_CTX": 512, "HEAD_DIM": 64, "CAUSAL": False}, "bf16"),
+        ({"Z": 32, "H": 8, "N_CTX": 256, "HEAD_DIM": 128, "CAUSAL": False}, "fp16"),
+        ({"Z": 4, "H": 32, "N_CTX": 2048, "HEAD_DIM": 128, "CAUSAL": False}, "fp16"),
+        ({"Z": 4, "H": 32, "N_CTX": 2048, "HEAD_DIM": 128, "CAUSAL": True}, "bf16"),
+        ({"Z": 1, "H": 32, "N_CTX": 4096, "HEAD_DIM": 64, "CAUSAL": True}, "fp16"),
+        ({"Z": 2, "H": 8, "N_CTX": 3000, "HEAD_DIM": 64, "CAUSAL": False}, "bf16"),
+        ({"Z": 1, "H": 16, "N_CTX": 1000, "HEAD_DIM": 128, "CAUSAL": True}, "fp16"),
+        ({"Z": 8, "H": 32, "N_CTX": 1024, "HEAD_DIM": 128, "CAUSAL": True}, "bf16"),
+        ({"Z": 2, "H": 32, "N_CTX": 2048, "HEAD_DIM": 64, "CAUSAL": False}, "bf16"),
+        ({"Z": 1, "H": 4, "N_CTX": 32768, "HEAD_DIM": 64, "CAUSAL": True}, "fp16"),
+        ({"Z": 4, "H": 8, "N_CTX": 4097, "HEAD_DIM": 64, "CAUSAL": False}, "fp16"),
+        ({"Z": 16, "H": 16, "N_CTX": 128, "HEAD_DIM": 64, "CAUSAL": False}, "bf16"),
+        ({"Z": 2, "H": 16, "N_CTX": 1536, "HEAD_DIM": 32, "CAUSAL": True}, "fp16"),
+        ({"Z": 1, "H": 16, "N_CTX": 2048, "HEAD_DIM": 256, "CAUSAL": False}, "bf16"),
+    ],
+    "softmax": [
+        ({"rows": 4096, "cols": 4096}, "fp16"), ({"rows": 8192, "cols": 1024}, "bf16"),
+        ({"rows": 2048, "cols": 16384}, "fp16"), ({"rows": 1000, "cols": 50257}, "bf16"),
+        ({"rows": 4096, "cols": 32000}, "fp16"), ({"rows": 512, "cols": 128256}, "bf16"),
+        ({"rows": 16384, "cols": 512}, "fp16"), ({"rows": 65536, "cols": 128}, "bf16"),
+        ({"rows": 32768, "cols": 256}, "fp16"), ({"rows": 4096, "cols": 4095}, "bf16"),
+        ({"rows": 3000, "cols": 3000}, "fp16"), ({"rows": 1024, "cols": 65536}, "bf16"),
+        ({"rows": 8192, "cols": 8192}, "fp16"), ({"rows": 128, "cols": 262144}, "bf16"),
+        ({"rows": 2048, "cols": 2048}, "bf16"), ({"rows": 8192, "cols": 2000}, "fp16"),
+        ({"rows": 100, "cols": 100000}, "fp16"), ({"rows": 16384, "cols": 1000}, "bf16"),
+        ({"rows": 4096, "cols": 12288}, "fp16"), ({"rows": 256, "cols": 152064}, "bf16"),
+    ],
+    "rms_norm": [
+        ({"rows": 4096, "cols": 4096}, "fp16"), ({"rows": 16384, "cols": 8192}, "bf16"),
+        ({"rows": 8192, "cols": 2048}, "fp16"), ({"rows": 2048, "cols": 12288}, "bf16"),
+        ({"rows": 3001, "cols": 5120}, "bf16"), ({"rows": 8192, "cols": 4095}, "fp16"),
+        ({"rows": 32768, "cols": 1024}, "bf16"), ({"rows": 65536, "cols": 512}, "fp16"),
+        ({"rows": 1024, "cols": 16384}, "fp16"), ({"rows": 4096, "cols": 7168}, "bf16"),
+        ({"rows": 8192, "cols": 5120}, "fp16"), ({"rows": 16384, "cols": 3072}, "bf16"),
+        ({"rows": 4096, "cols": 14336}, "bf16"), ({"rows": 512, "cols": 32768}, "fp16"),
+        ({"rows": 2048, "cols": 2049}, "bf16"), ({"rows": 1, "cols": 4096}, "fp16"),
+        ({"rows": 128, "cols": 4096}, "bf16"), ({"rows": 32768, "cols": 4096}, "fp16"),
+        ({"rows": 8192, "cols": 6144}, "bf16"), ({"rows": 4000, "cols": 3000}, "fp16"),
+    ],
+}
+# One small problem per family, to try the script on the CPU in Triton's interpreter (--interpret);
+# attention in fp16, since the interpreter computes the bf16 kernel wrongly (relative error 1e9).
+TINY = {"matmul": [({"M": 40, "N": 24, "K": 32}, "fp16")], "attention": [({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16,
+                                                                         "CAUSAL": True}, "fp16")],
+        "softmax": [({"rows": 4, "cols": 300}, "fp16")], "rms_norm": [({"rows": 4, "cols": 300}, "bf16")]}
+DEVICE = "cuda"
+KERNEL = {"matmul": "matmul", "attention": "attention", "softmax": "softmax", "rms_norm": "rmsnorm"}
+
+
+def name_of(family: str, shape: dict, dtype: str) -> str:
+    sizes = "x".join(str(int(v)) for k, v in shape.items() if k != "CAUSAL")
+    return f"{family}-{sizes}{'-causal' if shape.get('CAUSAL') else ''}-{dtype}"
+
+
+def call(family: str, shape: dict, dtype: str):
+    """(the dr_kernel.ops call, torch's call) on fresh inputs of the problem."""
+    import torch
+    import torch.nn.functional as F
+    from dr_kernel import ops
+    from dr_kernel.kernels.base import torch_dtype
+
+    t = torch_dtype(dtype)
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+
+    def rand(*size):
+        return torch.randn(size, generator=g, device=DEVICE, dtype=t)
+
+    if family == "matmul":
+        a, b = rand(shape["M"], shape["K"]), rand(shape["K"], shape["N"])
+        return (lambda: ops.matmul(a, b)), (lambda: torch.matmul(a, b))
+    if family == "softmax":
+        x = rand(shape["rows"], shape["cols"])
+        return (lambda: ops.softmax(x, -1)), (lambda: torch.softmax(x, -1))
+    if family == "rms_norm":
+        x, w = rand(shape["rows"], shape["cols"]), rand(shape["cols"])
+        return (lambda: ops.rms_norm(x, (shape["cols"],), w, 1e-6)), (lambda: F.rms_norm(x, (shape["cols"],), w, 1e-6))
+    size = (shape["Z"], shape["H"], shape["N_CTX"], shape["HEAD_DIM"])
+    q, k, v = rand(*size), rand(*size), rand(*size)
+    causal = shape["CAUSAL"]
+    return ((lambda: ops.attention(q, k, v, is_causal=causal)),
+            (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)))
+
+
+def run_problem(family: str, shape: dict, dtype: str, out: Path) -> dict:
+    import torch
+    import triton
+    from dr_kernel import kernels, ops
+    from dr_kernel.analysis import H200, device_limits, throughput
+
+    kernel = kernels.get(KERNEL[family])
+    ops.configure(db=str(out / "stores" / f"{name_of(family, shape, dtype)}.db"))
+    ours, theirs = call(family, shape, dtype)
+    expected = theirs()
+    start = time.perf_counter()
+    got = ours()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    first_s = time.perf_counter() - start
+    choice = ops.decisions()[-1]
+    relerr = ((got.float() - expected.float()).norm() / expected.float().norm().clamp_min(1e-12)).item()
+
+    def bench(fn) -> float:
+        if DEVICE != "cuda":
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+    timed = {"torch": bench(theirs), "ops": bench(ours)}
+    triton_config = choice.config
+    if triton_config is None:
+        # Torch won the race, so the choice keeps no config: the Triton kernel alone is timed at
+        # the tuned session's best, read back from the problem's store.
+        triton_config = _best_tuned(kernel, shape, dtype, out / "stores" / f"{name_of(family, shape, dtype)}.db",
+                                    choice.device)
+    if triton_config is not None:
+        inputs = kernel.make_inputs(shape, dtype, DEVICE, seed=0)
+        fn = kernel.fn_for(triton_config)
+        timed["triton"] = bench(lambda: kernel._launch(fn, inputs, triton_config))
+    limits = device_limits(0) if DEVICE == "cuda" else H200
+    peak = limits.peak_tflops(dtype, kernel.tensor_cores), limits.peak_gbps
+    flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
+    row = {"family": family, "problem": name_of(family, shape, dtype), "shape": shape, "dtype": dtype,
+           "device": choice.device, "triton_version": triton.__version__,
+           "torch_version": torch.__version__, "first_call_s": first_s, "variant": choice.variant,
+           "config": triton_config, "evaluations": choice.evaluations, "race_triton_ms": choice.triton_ms,
+           "race_torch_ms": choice.torch_ms, "relerr_vs_torch": relerr, "ms": timed,
+           "fraction_of_peak": {who: throughput(flops, moved, ms, *peak)["fraction_of_peak"]
+                                for who, ms in timed.items()}}
+    return row
+
+
+def dispatch(out: Path) -> dict:
+    """Host microseconds per call of a decided dr_kernel.ops call against torch's own, on a small
+    softmax (launch-bound): served by torch, then by the Triton kernel (variants=("triton",))."""
+    import timeit
+
+    import torch
+    from dr_kernel import ops
+
+    x = torch.randn(8, 256, device=DEVICE, dtype=torch.float16)
+    row = {}
+    for variants in (("torch",), ("triton",)):
+        ops.configure(db=str(out / "stores" / "dispatch.db"), variants=variants, max_evals=8)
+        ops.softmax(x)
+        for name, fn in (("ops", lambda: ops.softmax(x)), ("torch", lambda: torch.softmax(x, -1))):
+            fn()
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+            row[f"{variants[0]}-served {name} us"] = min(timeit.repeat(fn, number=2000, repeat=3)) / 2000 * 1e6
+    ops.configure(variants=("triton", "torch"))
+    return row
+
+
+def _best_tuned(kernel, shape: dict, dtype: str, db: Path, device: str) -> dict | None:
+    """The tuned session's best config, read back from the problem's store (the fastest ok row)."""
+    from dr_kernel.session import builtin_problem
+    from dr_kernel.store import open_store
+
+    problem = builtin_problem(kernel, shape, dtype, device)
+    rows = [(m["ms"], c) for c, m in open_store(db).rows(problem) if m["status"] == "ok" and m.get("ms")]
+    return min(rows, key=lambda r: r[0])[1] if rows else None
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--families", default=",".join(PROBLEMS))
+    p.add_argument("--deadline", type=float, default=math.inf, help="seconds after which no new problem starts")
+    p.add_argument("--dispatch", action="store_true", help="also time a decided call's host cost (dispatch.json)")
+    p.add_argument("--interpret", action="store_true",
+                   help="one tiny problem per family on the CPU in Triton's interpreter (tries the script; no figures)")
+    args = p.parse_args()
+    global DEVICE
+    problems = PROBLEMS
+    if args.interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+        DEVICE, problems = "cpu", TINY
+    started = time.monotonic()
+    (args.out / "stores").mkdir(parents=True, exist_ok=True)
+    import torch  # noqa: F401 -- before the first ops call, so that the spare measuring process starts at once.
+    from dr_kernel.tuner import _prestart_measuring
+
+    _prestart_measuring()
+    if args.dispatch:
+        row = dispatch(args.out)
+        (args.out / "dispatch.json").write_text(json.dumps(row, indent=1))
+        print("dispatch:", ", ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
+    for family in args.families.split(","):
+        for shape, dtype in problems[family]:
+            name = name_of(family, shape, dtype)
+            path = args.out / f"{name}.json"
+            if path.exists():
+                continue
+            if time.monotonic() - started > args.deadline:
+                print(f"{name}: skipped (deadline)", flush=True)
+                continue
+            try:
+                row = run_problem(family, shape, dtype, args.out)
+            except Exception as e:  # noqa: BLE001 -- one problem's failure is a row, not the end of the run.
+                row = {"family": family, "problem": name, "shape": shape, "dtype": dtype,
+                       "error": f"{type(e).__name__}: {e}"}
+            path.write_text(json.dumps(row, indent=1))
+            ms = row.get("ms", {})
+            print(f"{name}: {row.get('variant', row.get('error'))} first {row.get('first_call_s', 0):.1f} s, "
+                  f"torch {ms.get('torch', math.nan):.4f} triton {ms.get('triton', math.nan):.4f} "
+                  f"ops {ms.get('ops', math.nan):.4f} ms", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("DR_KERNEL_PRESTART", "1")
+    sys.exit(main())
