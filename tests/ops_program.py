@@ -25,13 +25,15 @@ def diff(out, expected) -> dict:
             "scale": expected.abs().max().item()}
 
 
-a = torch.randn(2, 19, 40, dtype=torch.float16)  # Batch dimensions fold into 38 rows.
-b = torch.randn(40, 29, dtype=torch.float16)
+a = torch.randn(2, 19, 40, dtype=torch.float16)  # Batch dimensions fold into 38 rows; K = 40 and N = 29
+b = torch.randn(40, 29, dtype=torch.float16)      # are no multiples of 16: served padded to 48 and 32.
+a16, b16 = torch.randn(24, 32, dtype=torch.float16), torch.randn(32, 48, dtype=torch.float16)
 x = torch.randn(3, 2, 300, dtype=torch.bfloat16)
 w = torch.randn(300, dtype=torch.bfloat16)
 q, k, v = (torch.randn(1, 2, 50, 16, dtype=torch.float16) for _ in range(3))
 covered = {
     "matmul": diff(ops.matmul(a, b), torch.matmul(a.float(), b.float())),
+    "matmul aligned": diff(ops.matmul(a16, b16), torch.matmul(a16.float(), b16.float())),
     "softmax": diff(ops.softmax(x, dim=-1), torch.softmax(x.float(), -1)),
     "rms_norm": diff(ops.rms_norm(x, (300,), w, 1e-5), F.rms_norm(x.float(), (300,), w.float(), 1e-5)),
     "attention": diff(ops.attention(q, k, v, is_causal=True, scale=0.3),
@@ -64,14 +66,15 @@ untouched = len(ops.decisions()) == tuned
 choices = ops.decisions()
 
 # The race: torch on the CPU beats the interpreter, so torch serves the problem, with its result.
-ops.configure(variants=("triton", "torch"))
+ops.configure(variants=("triton", "torch"), rounds=2, reps=3)
 s = torch.randn(4, 256, dtype=torch.float16)
 raced_equal = torch.equal(ops.softmax(s), torch.softmax(s, -1))
 
 print(json.dumps({
     "covered": covered, "uncovered": uncovered, "untouched": untouched,
     "raced_equal": raced_equal,
-    "choices": [{"op": c.op, "variant": c.variant, "source": c.source, "config": c.config, "triton_ms": c.triton_ms,
-                 "torch_ms": c.torch_ms, "evaluations": c.evaluations} for c in choices + ops.decisions()],
+    "choices": [{k: getattr(c, k) for k in ("op", "padded", "variant", "source", "config", "triton_ms", "torch_ms",
+                                             "triton_call_ms", "torch_call_ms", "evaluations")}
+                for c in choices + ops.decisions()],
     "rows": _core.Store(db).count(),
 }))

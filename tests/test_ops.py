@@ -35,9 +35,11 @@ def test_each_operator_gives_torchs_result_through_its_tuned_kernel(runs):
         # fp16 and bf16 outputs carry the dtype's rounding of an fp32 result (bf16: 8 bits).
         assert r["max_diff"] <= 2 ** -7 * max(1.0, r["scale"]) * 2, (op, r)
     choices = first["choices"]
-    assert [c["op"] for c in choices[:4]] == ["matmul", "softmax", "rms_norm", "attention"]
+    assert [c["op"] for c in choices[:5]] == ["matmul", "matmul", "softmax", "rms_norm", "attention"]
     assert all(c["variant"] == "triton" and c["source"] == "tuned" and c["evaluations"] == 2 and c["config"]
-               for c in choices[:4])
+               for c in choices[:5])
+    # Rows of 40 and 29 elements are padded to multiples of 16; the aligned problem is not.
+    assert choices[0]["padded"] == {"M": 38, "N": 32, "K": 48} and choices[1]["padded"] is None
 
 
 def test_calls_the_kernels_do_not_cover_are_torchs_own(runs):
@@ -48,19 +50,20 @@ def test_calls_the_kernels_do_not_cover_are_torchs_own(runs):
 
 def test_torch_serves_a_problem_where_it_is_faster(runs):
     first, _ = runs
-    raced = first["choices"][4]
+    raced = first["choices"][5]
     # The interpreter runs the kernel one program after another: torch's CPU softmax wins the race.
     assert raced["op"] == "softmax" and raced["variant"] == "torch" and raced["source"] == "tuned"
-    assert raced["torch_ms"] < raced["triton_ms"]
+    assert raced["torch_ms"] < raced["triton_ms"] and raced["torch_call_ms"] < raced["triton_call_ms"]
     assert first["raced_equal"]
 
 
 def test_the_next_process_takes_every_choice_from_the_store(runs):
     first, again = runs
-    assert [c["source"] for c in again["choices"]] == ["store"] * 5
-    strip = [{k: c[k] for k in ("op", "variant", "config")} for c in first["choices"]]
-    assert [{k: c[k] for k in ("op", "variant", "config")} for c in again["choices"]] == strip
-    assert again["choices"][4]["torch_ms"] == first["choices"][4]["torch_ms"]
+    assert [c["source"] for c in again["choices"]] == ["store"] * 6
+    strip = [{k: c[k] for k in ("op", "padded", "variant", "config")} for c in first["choices"]]
+    assert [{k: c[k] for k in ("op", "padded", "variant", "config")} for c in again["choices"]] == strip
+    for times in ("torch_ms", "triton_ms", "torch_call_ms", "triton_call_ms"):
+        assert again["choices"][5][times] == first["choices"][5][times]
     assert again["rows"] == first["rows"] > 0  # Nothing measured again.
 
 

@@ -97,7 +97,8 @@ def configure(**changes: Any) -> OpsSettings:
 @dataclasses.dataclass
 class Choice:
     """What serves one problem: `variant` "triton" (the built-in `kernel` at `config`) or "torch".
-    `triton_ms` and `torch_ms` are the race's medians (None when not raced); `source` says where
+    `triton_ms` and `torch_ms` are the race's GPU times, `triton_call_ms` and `torch_call_ms` its
+    times per call made back to back (None when not raced); `source` says where
     the choice came from: "tuned" in this process, "store" from an earlier one, or why torch serves
     it without a race ("variants", a failed tuning)."""
 
@@ -108,8 +109,11 @@ class Choice:
     device: str
     variant: str
     config: dict | None = None
+    padded: dict | None = None  # The problem the kernel serves this one as, its operands padded with zeros.
     triton_ms: float | None = None
     torch_ms: float | None = None
+    triton_call_ms: float | None = None
+    torch_call_ms: float | None = None
     evaluations: int = 0
     source: str = "tuned"
 
@@ -133,6 +137,9 @@ class Choice:
         return None
 
 
+_TIMES = ("triton_ms", "torch_ms", "triton_call_ms", "torch_call_ms")
+
+
 def decisions() -> list[Choice]:
     """The choices this process has made or loaded, in the order they were first needed."""
     with _lock:
@@ -150,30 +157,56 @@ def matmul(a, b):
             and a.dim() >= 2 and a.is_contiguous() and b.is_contiguous() and not _needs_grad(a, b)
             and a.device == b.device):
         device = a.device
-        choice = _served.get(("matmul", a.shape, b.shape, a.dtype, device))
+        index = ("matmul", a.shape, b.shape, a.dtype, device)
+        choice = _served.get(index)
         if choice is None and _runnable(device) and a.shape[-1] == b.shape[0] and a.numel() > 0 and b.numel() > 0:
             K, N = b.shape
-            choice = _choose(("matmul", a.shape, b.shape, a.dtype, device), "matmul", "matmul",
-                             {"M": a.numel() // K, "N": N, "K": K}, a.dtype, device)
+            shape = {"M": a.numel() // K, "N": N, "K": K}
+            # Rows of A or B whose length is not a multiple of 16 elements cannot be loaded 16 bytes
+            # at a time (Triton specialises strides on divisibility by 16): 3000×5000×1000 ran 8×
+            # slower than cuBLAS. The kernel then serves the problem padded with zeros to those
+            # multiples (the copies are part of the call, and of its race).
+            padded = {"M": shape["M"], "N": -(-N // 16) * 16, "K": -(-K // 16) * 16}
+            choice = _choose(index, "matmul", "matmul", shape, a.dtype, device,
+                             lambda c: _matmul_triton(c, a, b), lambda: torch.matmul(a, b),
+                             tuned_shape=padded if padded != shape else None)
         if choice is not None and choice.variant == "triton":
-            a2 = a.reshape(-1, b.shape[0])
-            c = torch.empty((a2.shape[0], b.shape[1]), device=a.device, dtype=a.dtype)
-            choice.launch({"a": a2, "b": b, "c": c})
-            return c.reshape(*a.shape[:-1], b.shape[1])
+            return _matmul_triton(choice, a, b)
     return torch.matmul(a, b)
+
+
+def _matmul_triton(choice: Choice, a, b):
+    K, N = b.shape
+    a2 = a.view(-1, K)
+    if choice.padded is None:
+        c = torch.empty((a2.shape[0], N), device=a.device, dtype=a.dtype)
+        choice.launch({"a": a2, "b": b, "c": c})
+        return c.view(*a.shape[:-1], N)
+    Kp, Np = choice.padded["K"], choice.padded["N"]
+    if Kp != K:
+        a2 = F.pad(a2, (0, Kp - K))
+    c = torch.empty((a2.shape[0], Np), device=a.device, dtype=a.dtype)
+    choice.launch({"a": a2, "b": F.pad(b, (0, Np - N, 0, Kp - K)), "c": c})
+    if Np != N:
+        c = c[:, :N].contiguous()
+    return c.view(*a.shape[:-1], N)
 
 
 def softmax(x, dim: int = -1, dtype=None):
     """torch.softmax(x, dim, dtype). The Triton kernel serves the last dimension of a row-major
     fp16/bf16/fp32 tensor, with no dtype conversion."""
     if dtype is None and type(x) is _Tensor and _rows_ok(x) and (dim == -1 or dim == x.dim() - 1):
-        choice = _row_choice("softmax", "softmax", x)
+        choice = _row_choice("softmax", "softmax", x, lambda c: _softmax_triton(c, x), lambda: torch.softmax(x, -1))
         if choice is not None and choice.variant == "triton":
-            x2 = x.view(-1, x.shape[-1])
-            y = torch.empty_like(x2)
-            choice.launch({"x": x2, "y": y})
-            return y.view(x.shape)
+            return _softmax_triton(choice, x)
     return torch.softmax(x, dim, dtype=dtype)
+
+
+def _softmax_triton(choice: Choice, x):
+    x2 = x.view(-1, x.shape[-1])
+    y = torch.empty_like(x2)
+    choice.launch({"x": x2, "y": y})
+    return y.view(x.shape)
 
 
 def rms_norm(x, normalized_shape: Sequence[int], weight=None, eps: float | None = None):
@@ -184,14 +217,19 @@ def rms_norm(x, normalized_shape: Sequence[int], weight=None, eps: float | None 
             and not _needs_grad(weight) and weight.device == x.device
             and tuple(normalized_shape if isinstance(normalized_shape, Sequence) else (normalized_shape,))
             == (x.shape[-1],)):
-        choice = _row_choice("rms_norm", "rmsnorm", x)
+        eps = float(torch.finfo(x.dtype).eps if eps is None else eps)
+        choice = _row_choice("rms_norm", "rmsnorm", x, lambda c: _rms_norm_triton(c, x, weight, eps),
+                             lambda: F.rms_norm(x, normalized_shape, weight, eps))
         if choice is not None and choice.variant == "triton":
-            x2 = x.view(-1, x.shape[-1])
-            y = torch.empty_like(x2)
-            eps = float(torch.finfo(x.dtype).eps if eps is None else eps)
-            choice.launch({"x": x2, "w": weight, "y": y, "eps": eps})
-            return y.view(x.shape)
+            return _rms_norm_triton(choice, x, weight, eps)
     return F.rms_norm(x, normalized_shape, weight, eps)
+
+
+def _rms_norm_triton(choice: Choice, x, weight, eps: float):
+    x2 = x.view(-1, x.shape[-1])
+    y = torch.empty_like(x2)
+    choice.launch({"x": x2, "w": weight, "y": y, "eps": eps})
+    return y.view(x.shape)
 
 
 def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
@@ -204,20 +242,26 @@ def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool =
             and q.dtype == k.dtype == v.dtype and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
             and not _needs_grad(q, k, v) and q.device == k.device == v.device):
         device = q.device
-        index = ("attention", q.shape, q.dtype, device, bool(is_causal))
+        causal = bool(is_causal)
+        sm_scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
+        index = ("attention", q.shape, q.dtype, device, causal)
         choice = _served.get(index)
-        if (choice is None and _runnable(device)
-                and q.shape[3] in (16, 32, 64, 128, 256) and q.numel() > 0):
+        if choice is None and _runnable(device) and q.shape[3] in (16, 32, 64, 128, 256) and q.numel() > 0:
             Z, H, N, D = q.shape
             choice = _choose(index, "attention", "attention",
-                             {"Z": Z, "H": H, "N_CTX": N, "HEAD_DIM": D, "CAUSAL": bool(is_causal)}, q.dtype, device)
+                             {"Z": Z, "H": H, "N_CTX": N, "HEAD_DIM": D, "CAUSAL": causal}, q.dtype, device,
+                             lambda c: _attention_triton(c, q, k, v, causal, sm_scale),
+                             lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale))
         if choice is not None and choice.variant == "triton":
-            o = torch.empty_like(q)
-            choice.launch({"q": q, "k": k, "v": v, "o": o, "causal": bool(is_causal),
-                           "sm_scale": 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)})
-            return o
+            return _attention_triton(choice, q, k, v, causal, sm_scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                                           scale=scale, enable_gqa=enable_gqa)
+
+
+def _attention_triton(choice: Choice, q, k, v, causal: bool, sm_scale: float):
+    o = torch.empty_like(q)
+    choice.launch({"q": q, "k": k, "v": v, "o": o, "causal": causal, "sm_scale": sm_scale})
+    return o
 
 
 # ----- which calls the kernels cover -----------------------------------------------------------------
@@ -242,21 +286,25 @@ def _rows_ok(x) -> bool:
     return x.dtype in _ROWS and x.dim() >= 1 and x.is_contiguous() and not _needs_grad(x)
 
 
-def _row_choice(op: str, kernel_name: str, x) -> Choice | None:
+def _row_choice(op: str, kernel_name: str, x, triton_call, torch_call) -> Choice | None:
     device = x.device
     index = (op, x.shape, x.dtype, device)
     choice = _served.get(index)
     if choice is None and _runnable(device) and x.numel() > 0:
         choice = _choose(index, op, kernel_name, {"rows": x.numel() // x.shape[-1], "cols": x.shape[-1]}, x.dtype,
-                         device)
+                         device, triton_call, torch_call)
     return choice
 
 
 # ----- choosing ------------------------------------------------------------------------------------------
 
-def _choose(index: tuple, op: str, kernel_name: str, shape: dict, torch_dtype, device) -> Choice:
+def _choose(index: tuple, op: str, kernel_name: str, shape: dict, torch_dtype, device,
+            triton_call: Callable[[Choice], Any], torch_call: Callable[[], Any], tuned_shape: dict | None = None
+            ) -> Choice:
     """The choice for a problem (made, or read from the store, once per problem and process),
-    filed under the call's `index` for the next call."""
+    filed under the call's `index` for the next call. `triton_call(choice)` and `torch_call()` make
+    this call through either variant, for the race; `tuned_shape` is the problem the kernel is
+    tuned on and launched for when it is not `shape` (the call pads its operands to it)."""
     from .kernels.base import dtype_name
 
     dtype = dtype_name(torch_dtype)
@@ -264,7 +312,7 @@ def _choose(index: tuple, op: str, kernel_name: str, shape: dict, torch_dtype, d
     with _lock:
         choice = _choices.get(problem)
         if choice is None:
-            choice = _decide(op, kernel_name, shape, dtype, device)
+            choice = _decide(op, kernel_name, shape, dtype, device, triton_call, torch_call, tuned_shape)
             _choices[problem] = choice
         _served[index] = choice
     return choice
@@ -276,9 +324,10 @@ def _device_label(device) -> str:
     return "cpu (Triton interpreter)"
 
 
-def store_key(op: str, kernel, shape: dict, dtype: str, device: str) -> str:
+def store_key(op: str, kernel, shape: dict, dtype: str, device: str, tuned_shape: dict | None = None) -> str:
     """The results store's key of a choice: operator, the built-in kernel's source, Triton's
-    version, the device, the problem, the settings that decide (variants and margin)."""
+    version, the device, the problem (and the padded one the kernel serves it as), the settings
+    that decide (variants and margin)."""
     import hashlib
     import inspect
     import sys
@@ -289,8 +338,9 @@ def store_key(op: str, kernel, shape: dict, dtype: str, device: str) -> str:
     module = sys.modules[getattr(kernel.fn, "fn", kernel.fn).__module__]
     source = hashlib.sha256(inspect.getsource(module).encode()).hexdigest()[:16]
     decide = json.dumps({"variants": sorted(settings.variants), "margin": settings.margin}, sort_keys=True)
+    padded = f" padded {json.dumps(tuned_shape, sort_keys=True)}" if tuned_shape else ""
     return (f"ops.{op}|{kernel.name} {source}|triton {triton.__version__}|{device}|{dtype}|"
-            f"{json.dumps(shape, sort_keys=True)}|{decide}")
+            f"{json.dumps(shape, sort_keys=True)}{padded}|{decide}")
 
 
 def _store():
@@ -302,15 +352,17 @@ def _store():
     return _stores[path]
 
 
-def _decide(op: str, kernel_name: str, shape: dict, dtype: str, device) -> Choice:
+def _decide(op: str, kernel_name: str, shape: dict, dtype: str, device, triton_call, torch_call,
+            tuned_shape: dict | None) -> Choice:
     from . import kernels
 
     kernel = kernels.get(kernel_name)
     label = _device_label(device)
-    base = {"op": op, "kernel": kernel_name, "shape": dict(shape), "dtype": dtype, "device": label}
+    base = {"op": op, "kernel": kernel_name, "shape": dict(shape), "dtype": dtype, "device": label,
+            "padded": dict(tuned_shape) if tuned_shape else None}
     if "triton" not in settings.variants:
         return Choice(**base, variant="torch", source="variants")
-    key = store_key(op, kernel, shape, dtype, label)
+    key = store_key(op, kernel, shape, dtype, label, tuned_shape)
     try:
         store = _store()
         stored = store.get_winner(key)
@@ -322,11 +374,11 @@ def _decide(op: str, kernel_name: str, shape: dict, dtype: str, device) -> Choic
         config, ms, evaluations = stored
         config = dict(config)
         variant = config.pop("variant", "torch")
-        times = {k: config.pop(k, None) for k in ("triton_ms", "torch_ms")}
+        times = {k: config.pop(k, None) for k in _TIMES}
         return Choice(**base, variant=str(variant), config=config if variant == "triton" else None,
                       evaluations=int(evaluations), source="store", **times)
     try:
-        choice = _tune_and_race(op, kernel, shape, dtype, device, base, store)
+        choice = _tune_and_race(kernel, tuned_shape or shape, dtype, device, base, store, triton_call, torch_call)
     except Exception as e:  # noqa: BLE001 -- never raised into the caller: torch serves the problem.
         warnings.warn(f"dr_kernel.ops: {op} on {dtype} {shape}: the Triton kernel could not be tuned "
                       f"({type(e).__name__}: {e}); torch serves this problem for the rest of the process",
@@ -334,8 +386,7 @@ def _decide(op: str, kernel_name: str, shape: dict, dtype: str, device) -> Choic
         return Choice(**base, variant="torch", source=f"tuning failed: {type(e).__name__}")
     if store is not None:
         record = {"variant": choice.variant, **(choice.config or {})}
-        record.update({k: v for k, v in (("triton_ms", choice.triton_ms), ("torch_ms", choice.torch_ms))
-                       if v is not None})
+        record.update({k: getattr(choice, k) for k in _TIMES if getattr(choice, k) is not None})
         ms = choice.triton_ms if choice.variant == "triton" else choice.torch_ms
         try:
             store.put_winner(key, record, math.nan if ms is None else ms, choice.evaluations,
@@ -346,7 +397,7 @@ def _decide(op: str, kernel_name: str, shape: dict, dtype: str, device) -> Choic
     return choice
 
 
-def _tune_and_race(op: str, kernel, shape: dict, dtype: str, device, base: dict, store) -> Choice:
+def _tune_and_race(kernel, shape: dict, dtype: str, device, base: dict, store, triton_call, torch_call) -> Choice:
     from .session import tune_builtin
     from .tuner import AUTO_STOP, shared_compile_pool
 
@@ -363,35 +414,54 @@ def _tune_and_race(op: str, kernel, shape: dict, dtype: str, device, base: dict,
     if "torch" not in settings.variants:
         return Choice(**base, variant="triton", config=config, triton_ms=result.best_ms,
                       evaluations=evaluations)
-    triton_ms, torch_ms = race(kernel, shape, dtype, device, config)
-    variant = "triton" if triton_ms < (1.0 - settings.margin) * torch_ms else "torch"
-    return Choice(**base, variant=variant, config=config if variant == "triton" else None, triton_ms=triton_ms,
-                  torch_ms=torch_ms, evaluations=evaluations)
+    candidate = Choice(**base, variant="triton", config=config)
+    times = race({"triton": lambda: triton_call(candidate), "torch": torch_call}, device)
+    # The kernel must win on both counts: alone on the GPU, and call after call (where a small
+    # problem's time is the host's: Python, the launch).
+    wins = all(times[f"triton_{k}"] < (1.0 - settings.margin) * times[f"torch_{k}"] for k in ("ms", "call_ms"))
+    variant = "triton" if wins else "torch"
+    return Choice(**base, variant=variant, config=config if wins else None, triton_ms=times["triton_ms"],
+                  torch_ms=times["torch_ms"], triton_call_ms=times["triton_call_ms"],
+                  torch_call_ms=times["torch_call_ms"], evaluations=evaluations)
 
 
-def race(kernel, shape: dict, dtype: str, device, config: dict) -> tuple[float, float]:
-    """The median milliseconds of the built-in `kernel` at `config` and of torch's operator on one
-    problem, timed in this process in alternating rounds with one timer, on inputs of their own."""
+def race(calls: dict[str, Callable[[], Any]], device) -> dict[str, float]:
+    """Times each of `calls` (a call through each variant, on the caller's tensors) in this
+    process in alternating rounds, two ways: `NAME_ms`, the median GPU time of one call after an L2
+    flush, with the host's launch hidden (measure._Timer); `NAME_call_ms`, the best over the rounds
+    of the time per call of calls made back to back (the larger of the host's and the GPU's)."""
+    import time
+
     from .measure import MeasureSettings, _Timer
 
     device = torch.device(device)
-    inputs = kernel.make_inputs(shape, dtype, device, seed=0)
+    cuda = device.type == "cuda"
     timer = _Timer(str(device), MeasureSettings.flush_bytes)
-    fn = kernel.fn_for(config)
-    runs: dict[str, Callable[[], Any]] = {
-        "triton": lambda: kernel._launch(fn, inputs, config),
-        "torch": lambda: kernel.framework(inputs),
-    }
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for run in runs.values():
-        run()  # Loads the binary (and picks torch's library kernel) outside the timing.
-    if timer.cuda:
-        torch.cuda.synchronize(device)
-    with torch.cuda.device(device) if timer.cuda else _nothing():
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    flushed: dict[str, list[float]] = {name: [] for name in calls}
+    per_call: dict[str, list[float]] = {name: [] for name in calls}
+    with torch.cuda.device(device) if cuda else _nothing():
+        for call in calls.values():
+            call()  # Loads the binary (and picks torch's library kernel) outside the timing.
+        sync()
         for _ in range(settings.rounds):
-            for name, run in runs.items():
-                times[name] += [timer.time_ms(run) for _ in range(settings.reps)]
-    return statistics.median(times["triton"]), statistics.median(times["torch"])
+            for name, call in calls.items():
+                flushed[name] += [timer.time_ms(call) for _ in range(settings.reps)]
+                sync()
+                start = time.perf_counter()
+                for _ in range(settings.reps):
+                    call()
+                sync()
+                per_call[name].append((time.perf_counter() - start) * 1e3 / settings.reps)
+    out = {}
+    for name in calls:
+        out[f"{name}_ms"] = statistics.median(flushed[name])
+        out[f"{name}_call_ms"] = min(per_call[name])
+    return out
 
 
 class _nothing:
