@@ -14,6 +14,7 @@ per problem under --out, written as it finishes, so that a run cut short keeps w
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -100,7 +101,8 @@ def name_of(family: str, shape: dict, dtype: str) -> str:
 
 
 def call(family: str, shape: dict, dtype: str):
-    """(the dr_kernel.ops call, torch's call) on fresh inputs of the problem."""
+    """(the dr_kernel.ops call, torch's call, alone(choice): the call through the Triton kernel
+    of `choice` as dr_kernel.ops makes it, padding included) on fresh inputs of the problem."""
     import torch
     import torch.nn.functional as F
     from dr_kernel import ops
@@ -114,18 +116,23 @@ def call(family: str, shape: dict, dtype: str):
 
     if family == "matmul":
         a, b = rand(shape["M"], shape["K"]), rand(shape["K"], shape["N"])
-        return (lambda: ops.matmul(a, b)), (lambda: torch.matmul(a, b))
+        return (lambda: ops.matmul(a, b)), (lambda: torch.matmul(a, b)), (lambda c: lambda: ops._matmul_triton(c, a, b))
     if family == "softmax":
         x = rand(shape["rows"], shape["cols"])
-        return (lambda: ops.softmax(x, -1)), (lambda: torch.softmax(x, -1))
+        return ((lambda: ops.softmax(x, -1)), (lambda: torch.softmax(x, -1)),
+                (lambda c: lambda: ops._softmax_triton(c, x)))
     if family == "rms_norm":
         x, w = rand(shape["rows"], shape["cols"]), rand(shape["cols"])
-        return (lambda: ops.rms_norm(x, (shape["cols"],), w, 1e-6)), (lambda: F.rms_norm(x, (shape["cols"],), w, 1e-6))
+        cols = (shape["cols"],)
+        return ((lambda: ops.rms_norm(x, cols, w, 1e-6)), (lambda: F.rms_norm(x, cols, w, 1e-6)),
+                (lambda c: lambda: ops._rms_norm_triton(c, x, w, 1e-6)))
     size = (shape["Z"], shape["H"], shape["N_CTX"], shape["HEAD_DIM"])
     q, k, v = rand(*size), rand(*size), rand(*size)
     causal = shape["CAUSAL"]
+    scale = 1.0 / math.sqrt(shape["HEAD_DIM"])
     return ((lambda: ops.attention(q, k, v, is_causal=causal)),
-            (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)))
+            (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)),
+            (lambda c: lambda: ops._attention_triton(c, q, k, v, causal, scale)))
 
 
 def run_problem(family: str, shape: dict, dtype: str, out: Path) -> dict:
@@ -136,7 +143,7 @@ def run_problem(family: str, shape: dict, dtype: str, out: Path) -> dict:
 
     kernel = kernels.get(KERNEL[family])
     ops.configure(db=str(out / "stores" / f"{name_of(family, shape, dtype)}.db"))
-    ours, theirs = call(family, shape, dtype)
+    ours, theirs, alone = call(family, shape, dtype)
     expected = theirs()
     start = time.perf_counter()
     got = ours()
@@ -157,20 +164,20 @@ def run_problem(family: str, shape: dict, dtype: str, out: Path) -> dict:
     triton_config = choice.config
     if triton_config is None:
         # Torch won the race, so the choice keeps no config: the Triton kernel alone is timed at
-        # the tuned session's best, read back from the problem's store.
-        triton_config = _best_tuned(kernel, shape, dtype, out / "stores" / f"{name_of(family, shape, dtype)}.db",
-                                    choice.device)
+        # the tuned session's best (on the padded problem, when it was padded), read back from
+        # the problem's store.
+        triton_config = _best_tuned(kernel, choice.padded or shape, dtype,
+                                    out / "stores" / f"{name_of(family, shape, dtype)}.db", choice.device)
     if triton_config is not None:
-        inputs = kernel.make_inputs(shape, dtype, DEVICE, seed=0)
-        fn = kernel.fn_for(triton_config)
-        timed["triton"] = bench(lambda: kernel._launch(fn, inputs, triton_config))
+        timed["triton"] = bench(alone(dataclasses.replace(choice, variant="triton", config=triton_config)))
     limits = device_limits(0) if DEVICE == "cuda" else H200
     peak = limits.peak_tflops(dtype, kernel.tensor_cores), limits.peak_gbps
     flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
     row = {"family": family, "problem": name_of(family, shape, dtype), "shape": shape, "dtype": dtype,
            "device": choice.device, "triton_version": triton.__version__,
            "torch_version": torch.__version__, "first_call_s": first_s, "variant": choice.variant,
-           "config": triton_config, "evaluations": choice.evaluations, "race_triton_ms": choice.triton_ms,
+           "config": triton_config, "padded": choice.padded, "evaluations": choice.evaluations,
+           "race_triton_ms": choice.triton_ms, "race_call_ms": [choice.triton_call_ms, choice.torch_call_ms],
            "race_torch_ms": choice.torch_ms, "relerr_vs_torch": relerr, "ms": timed,
            "fraction_of_peak": {who: throughput(flops, moved, ms, *peak)["fraction_of_peak"]
                                 for who, ms in timed.items()}}
