@@ -68,7 +68,7 @@ for step in "$@"; do
       pack ;;
     ops)  # Issue 11: dr_kernel.ops against torch on the published problem set (OPS_FAMILIES picks).
       PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 "$(( ${OPS_DEADLINE:-480} + 90 ))" python3 benchmarks/ops_bench.py \
-        --out "$work/ops" --deadline "${OPS_DEADLINE:-480}" --dispatch ${OPS_FAMILIES:+--families "$OPS_FAMILIES"} \
+        --out "$work/ops" --deadline "${OPS_DEADLINE:-480}" --dispatch ${OPS_FAMILIES:+--families "$OPS_FAMILIES"} ${OPS_ARGS:-} \
         > "$work/ops.log" 2>&1
       echo "ops: rc $? after $(elapsed) s"; grep -v Warning "$work/ops.log" | tail -45
       pack ;;

@@ -92,6 +92,7 @@ TINY = {"matmul": [({"M": 40, "N": 24, "K": 32}, "fp16")], "attention": [({"Z": 
                                                                          "CAUSAL": True}, "fp16")],
         "softmax": [({"rows": 4, "cols": 300}, "fp16")], "rms_norm": [({"rows": 4, "cols": 300}, "bf16")]}
 DEVICE = "cuda"
+TUNING: dict = {}  # dr_kernel.ops settings of the run (--max-evals, --stop).
 KERNEL = {"matmul": "matmul", "attention": "attention", "softmax": "softmax", "rms_norm": "rmsnorm"}
 
 
@@ -142,7 +143,7 @@ def run_problem(family: str, shape: dict, dtype: str, out: Path) -> dict:
     from dr_kernel.analysis import H200, device_limits, throughput
 
     kernel = kernels.get(KERNEL[family])
-    ops.configure(db=str(out / "stores" / f"{name_of(family, shape, dtype)}.db"))
+    ops.configure(db=str(out / "stores" / f"{name_of(family, shape, dtype)}.db"), **TUNING)
     ours, theirs, alone = call(family, shape, dtype)
     expected = theirs()
     start = time.perf_counter()
@@ -216,16 +217,56 @@ def _best_tuned(kernel, shape: dict, dtype: str, db: Path, device: str) -> dict 
     return min(rows, key=lambda r: r[0])[1] if rows else None
 
 
+def report(out: Path) -> str:
+    """The markdown tables of a run's rows: per problem, and per family (geometric means)."""
+    rows = [json.loads(p.read_text()) for p in sorted(out.glob("*.json")) if p.name != "dispatch.json"]
+
+    def geomean(xs):
+        return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else math.nan
+
+    lines = ["| problem | served by | evals | first call s | torch ms | Triton alone ms | ops ms "
+             "| Triton / torch speed | ops / torch speed | ops, fraction of peak |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    summary = ["| family | problems | Triton alone / torch, geomean | min | below 0.8× | served by Triton "
+               "| ops / torch, geomean | min | first call s, median | max |",
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for family in PROBLEMS:
+        fam = [r for r in rows if r["family"] == family and "ms" in r]
+        if not fam:
+            continue
+        for r in fam:
+            ms = r["ms"]
+            alone = ms.get("triton", math.nan)
+            served = r["variant"] + (" (padded)" if r.get("padded") and r["variant"] == "triton" else "")
+            lines.append(f"| {r['problem']} | {served} | {r['evaluations']} | {r['first_call_s']:.1f} | "
+                         f"{ms['torch']:.4f} | {alone:.4f} | {ms['ops']:.4f} | {ms['torch'] / alone:.2f} | "
+                         f"{ms['torch'] / ms['ops']:.2f} | {r['fraction_of_peak']['ops']:.2f} |")
+        alone = [r["ms"]["torch"] / r["ms"]["triton"] for r in fam if "triton" in r["ms"]]
+        ops = [r["ms"]["torch"] / r["ms"]["ops"] for r in fam]
+        first = sorted(r["first_call_s"] for r in fam)
+        summary.append(f"| {family} | {len(fam)} | {geomean(alone):.3f} | {min(alone, default=math.nan):.2f} | "
+                       f"{sum(x < 0.8 for x in alone)} | {sum(r['variant'] == 'triton' for r in fam)} | "
+                       f"{geomean(ops):.3f} | {min(ops):.2f} | {first[len(first) // 2]:.1f} | {first[-1]:.1f} |")
+    return "\n".join(summary) + "\n\n" + "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--max-evals", type=int, default=50, help="evaluations per problem's tuning (dr_kernel.ops' 50)")
+    p.add_argument("--stop", choices=["auto", "budget"], default="auto")
+    p.add_argument("--report", action="store_true", help="print the tables of the rows under --out and stop")
     p.add_argument("--families", default=",".join(PROBLEMS))
     p.add_argument("--deadline", type=float, default=math.inf, help="seconds after which no new problem starts")
     p.add_argument("--dispatch", action="store_true", help="also time a decided call's host cost (dispatch.json)")
     p.add_argument("--interpret", action="store_true",
                    help="one tiny problem per family on the CPU in Triton's interpreter (tries the script; no figures)")
     args = p.parse_args()
+    if args.report:
+        print(report(args.out))
+        return 0
     global DEVICE
+    TUNING.update(max_evals=args.max_evals, stop=args.stop)
     problems = PROBLEMS
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"
