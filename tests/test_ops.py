@@ -89,7 +89,7 @@ def test_a_tuning_that_fails_warns_once_and_torch_serves_the_problem(monkeypatch
 
 @pytest.mark.parametrize("changes, named", [({"variants": ("cuda",)}, "variants"), ({"max_evals": 0}, "max_evals"),
                                             ({"stop": "soon"}, "stop"), ({"margin": 1.5}, "margin"),
-                                            ({"reps": 0}, "reps")])
+                                            ({"reps": 0}, "reps"), ({"budget": 5}, "no setting budget")])
 def test_a_bad_setting_is_refused_naming_it(changes, named):
     from dr_kernel import ops
 

@@ -9,12 +9,15 @@ built-in Triton kernel at its tuned config, or torch's own operator.
     o = ops.attention(q, k, v, is_causal=True)    # torch.nn.functional.scaled_dot_product_attention
 
 The first call on a new problem (operator, sizes, dtype, GPU) tunes the built-in kernel for it (the
-agent, `stop="auto"`, in a measuring process, as `dr-kernel tune` does), then times the winner
-and torch's operator in this process in alternating rounds with one timer (L2 flushed, CUDA
-events), and keeps the Triton kernel for the problem only when it measured faster than torch by
-`margin`. Torch is one more variant of the search, so a call is never slower than torch's by more
-than the timer's noise. The choice goes to the results store (DR_KERNEL_DB or the user's cache):
-the next process takes it without measuring anything. `decisions()` lists this process's choices.
+agent, `stop="auto"`, in a measuring process, as `dr-kernel tune` does), then races the call
+through the winner against the call through torch's operator, in this process, on the caller's
+tensors, in alternating rounds timed two ways: alone on the GPU (L2 flushed, the host's launch
+hidden) and call after call (where a small problem's time is the host's). The Triton kernel serves
+the problem only when it is faster by `margin` on both counts: torch is one more variant of the
+search. Matmul operands whose rows are not a multiple of 16 elements are served padded with zeros
+to such multiples (the problem tuned is the padded one; the copies are part of the race). The
+choice goes to the results store (DR_KERNEL_DB or the user's cache): the next process takes it
+without measuring anything. `decisions()` lists this process's choices. docs/ops.md has more.
 
 Calls the built-in kernels do not cover go to torch unchanged, with torch's own errors: other
 dtypes (matmul and attention take fp16 and bf16; softmax and rms_norm also fp32), inputs that need
@@ -87,6 +90,11 @@ def configure(**changes: Any) -> OpsSettings:
     """Changes the settings for the rest of the process (and forgets this process's choices, so
     that they are made again under the new settings); returns the settings now in force."""
     global settings
+    names = [f.name for f in dataclasses.fields(OpsSettings)]
+    unknown = [k for k in changes if k not in names]
+    if unknown:
+        raise ValueError(f"dr_kernel.ops.configure: no setting {', '.join(unknown)}; "
+                         f"the settings are {', '.join(names)}")
     with _lock:
         settings = dataclasses.replace(settings, **changes)
         _choices.clear()
