@@ -12,9 +12,10 @@ import pytest
 from dr_kernel.cli import main
 
 ADD = ["--add", "softmax:rows=3,cols=200:fp32"]
-# Interpreter times are CPU times: noisy under a loaded CI machine, so the threshold is wide here
-# (100 %); the judgement is shown with baselines 100x off.
-FLAGS = ["--interpret", "--threshold", "1.0", "--budget", "3"]
+# Interpreter times are CPU times: noisy under a loaded CI machine (the suite runs two tests at a
+# time), so the threshold is wide here (400 %: "faster" below a fifth of the baseline, "regressed"
+# above five times it); the judgement is shown with baselines 100x off.
+FLAGS = ["--interpret", "--threshold", "4.0", "--budget", "3"]
 
 
 def run(capsys, *argv):
