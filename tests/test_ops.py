@@ -23,9 +23,13 @@ def _run(db: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    db = tmp_path_factory.mktemp("ops") / "results.db"
-    return _run(db), _run(db)
+def ops_db(tmp_path_factory):
+    return tmp_path_factory.mktemp("ops") / "results.db"
+
+
+@pytest.fixture(scope="module")
+def runs(ops_db):
+    return _run(ops_db), _run(ops_db)
 
 
 def test_each_operator_gives_torchs_result_through_its_tuned_kernel(runs):
@@ -65,6 +69,14 @@ def test_the_next_process_takes_every_choice_from_the_store(runs):
     for times in ("torch_ms", "triton_ms", "torch_call_ms", "triton_call_ms"):
         assert again["choices"][5][times] == first["choices"][5][times]
     assert again["rows"] == first["rows"] > 0  # Nothing measured again.
+
+
+def test_the_choices_are_no_candidates_for_retune(runs, ops_db):
+    # They are stored among the winners, but made by a race, not by a program's launches.
+    from dr_kernel import _core, hot
+
+    assert sum(w["key"].startswith("ops.") for w in _core.Store(str(ops_db)).hottest_winners(100)) == 6
+    assert hot.hottest(5, str(ops_db)) == []
 
 
 def test_a_tuning_that_fails_warns_once_and_torch_serves_the_problem(monkeypatch, tmp_path):

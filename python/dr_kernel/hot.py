@@ -104,12 +104,25 @@ def retune_budget(store_key: str) -> int | None:
     return int(budget)
 
 
+# dr_kernel.ops keeps its choices among the winners (keys "ops.<operator>|..."); they are made by
+# a race against torch, not by a program's launches, and a re-tune cannot reach them.
+OPS_KEY_PREFIX = "ops."
+
+
 def hottest(top: int, db: str | None = None) -> list[dict]:
-    """The `top` stored winners launched most, with their counts, budgets and labels."""
+    """The `top` stored winners launched most, with their counts, budgets and labels
+    (dr_kernel.ops' choices left out)."""
     from .store import open_store
 
     flush_launch_counts()
-    return open_store(db).hottest_winners(top)
+    store = open_store(db)
+    asked = max(top, 1)
+    while True:
+        winners = store.hottest_winners(asked)
+        kept = [w for w in winners if not w["key"].startswith(OPS_KEY_PREFIX)]
+        if len(kept) >= top or len(winners) < asked:
+            return kept[:top]
+        asked *= 4
 
 
 def default_budget(winner: dict) -> int:

@@ -347,7 +347,9 @@ def store_key(op: str, kernel, shape: dict, dtype: str, device: str, tuned_shape
     source = hashlib.sha256(inspect.getsource(module).encode()).hexdigest()[:16]
     decide = json.dumps({"variants": sorted(settings.variants), "margin": settings.margin}, sort_keys=True)
     padded = f" padded {json.dumps(tuned_shape, sort_keys=True)}" if tuned_shape else ""
-    return (f"ops.{op}|{kernel.name} {source}|triton {triton.__version__}|{device}|{dtype}|"
+    from .hot import OPS_KEY_PREFIX
+
+    return (f"{OPS_KEY_PREFIX}{op}|{kernel.name} {source}|triton {triton.__version__}|{device}|{dtype}|"
             f"{json.dumps(shape, sort_keys=True)}{padded}|{decide}")
 
 
