@@ -33,12 +33,14 @@ wall-clock times, where torch wins; `configure(variants=("triton",))` keeps the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import statistics
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -136,13 +138,6 @@ class Choice:
             fn, launch, config = kernel.fn_for(self.config), kernel._launch, self.config
             self._launcher = lambda inputs: launch(fn, inputs, config)
         self._launcher(inputs)
-
-    @property
-    def speedup(self) -> float | None:
-        """torch's time over the Triton winner's (above 1: the kernel is faster)."""
-        if self.triton_ms and self.torch_ms:
-            return self.torch_ms / self.triton_ms
-        return None
 
 
 _TIMES = ("triton_ms", "torch_ms", "triton_call_ms", "torch_call_ms")
@@ -440,8 +435,6 @@ def race(calls: dict[str, Callable[[], Any]], device) -> dict[str, float]:
     process in alternating rounds, two ways: `NAME_ms`, the median GPU time of one call after an L2
     flush, with the host's launch hidden (measure._Timer); `NAME_call_ms`, the best over the rounds
     of the time per call of calls made back to back (the larger of the host's and the GPU's)."""
-    import time
-
     from .measure import MeasureSettings, _Timer
 
     device = torch.device(device)
@@ -454,7 +447,7 @@ def race(calls: dict[str, Callable[[], Any]], device) -> dict[str, float]:
 
     flushed: dict[str, list[float]] = {name: [] for name in calls}
     per_call: dict[str, list[float]] = {name: [] for name in calls}
-    with torch.cuda.device(device) if cuda else _nothing():
+    with torch.cuda.device(device) if cuda else contextlib.nullcontext():
         for call in calls.values():
             call()  # Loads the binary (and picks torch's library kernel) outside the timing.
         sync()
@@ -472,11 +465,3 @@ def race(calls: dict[str, Callable[[], Any]], device) -> dict[str, float]:
         out[f"{name}_ms"] = statistics.median(flushed[name])
         out[f"{name}_call_ms"] = min(per_call[name])
     return out
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
