@@ -33,7 +33,7 @@ def main() -> int:
     ops.softmax(x)
     choice = ops.decisions()[-1]
     kernel = kernels.get("softmax")
-    fn, config = kernel.fn_for(choice.config), choice.config
+    fn, config = kernel.fn_for(choice.config, None), choice.config
     y = torch.empty_like(x)
     inputs = {"x": x, "y": y}
     meta = dict(config)

@@ -9,6 +9,7 @@ as a script (see the bottom), which prints one JSON line per case.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -103,11 +104,11 @@ def test_split_k_is_a_variant_and_split_k_1_is_the_recorded_kernel():
     # A config of the recorded tables (no SPLIT_K) means 1, and compiles the recorded kernel with
     # the recorded constexprs: the binary that was timed.
     assert matmul.check_config(recorded)["SPLIT_K"] == 1
-    assert matmul.fn_for(matmul.check_config(recorded)) is matmul_kernel
+    assert matmul.fn_for(matmul.check_config(recorded), {"M": 16, "N": 4096, "K": 4096}) is matmul_kernel
     assert matmul.compile_source({"M": 16, "N": 4096, "K": 4096}, "fp16", recorded) == \
         matmul.compile_source({"M": 16, "N": 4096, "K": 4096}, "fp16", {**recorded, "SPLIT_K": 1})
     split = {**recorded, "SPLIT_K": 8}
-    assert matmul.fn_for(split) is matmul_splitk_kernel
+    assert matmul.fn_for(split, {"M": 512, "N": 512, "K": 32768}) is matmul_splitk_kernel
     assert matmul.compile_source({"M": 512, "N": 512, "K": 32768}, "fp16", split)[1]["SPLIT_K"] == 8
     # It compiles for the H200 (ptxas, atomics included), with a binary of its own.
     from dr_kernel.analysis import analyse
@@ -116,6 +117,78 @@ def test_split_k_is_a_variant_and_split_k_1_is_the_recorded_kernel():
     plain, splitting = analyse(matmul, deep_k, "bf16", recorded), analyse(matmul, deep_k, "bf16", split)
     assert plain.valid and splitting.valid, (plain.reason, splitting.reason)
     assert plain.binary_hash != splitting.binary_hash and splitting.n_regs > 0
+
+
+def test_a_problem_whose_tiles_leave_sms_idle_is_tuned_over_splits_of_k_and_others_over_the_recorded_space():
+    from dr_kernel.analysis import H200
+    from dr_kernel.kernels.base import cdiv
+
+    matmul = BUILTINS["matmul"]
+    recorded = matmul.search_space()
+    # 4096³ has at least 256 tiles (256×256) for 132 SMs: the recorded space, config for config.
+    big = matmul.space_for({"M": 4096, "N": 4096, "K": 4096}, H200)
+    assert big.count_valid() == recorded.count_valid() == 1440
+    assert {c["SPLIT_K"] for c in big.configs()} == {1}
+    # 512×512×32768 has 16 tiles of 128×128: splits up to 16, each config within two programs per
+    # SM and two K iterations per split; the recorded configs are all still there.
+    deep = matmul.space_for({"M": 512, "N": 512, "K": 32768}, H200)
+    configs = list(deep.configs())
+    assert {c["SPLIT_K"] for c in configs} == {1, 2, 4, 8, 16}
+    assert sum(c["SPLIT_K"] == 1 for c in configs) == 1440
+    for c in configs:
+        if c["SPLIT_K"] > 1:
+            assert cdiv(512, c["BLOCK_M"]) * cdiv(512, c["BLOCK_N"]) * c["SPLIT_K"] <= 2 * H200.sm_count
+            assert 32768 >= 2 * c["SPLIT_K"] * c["BLOCK_K"]
+    assert not deep.is_valid({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4,
+                              "num_stages": 3, "SPLIT_K": 2})  # 256 tiles: one program per SM already.
+    # A GPU with fewer SMs has less room for a split.
+    small = dataclasses.replace(H200, sm_count=16)
+    assert matmul.space_for({"M": 512, "N": 512, "K": 32768}, small).count_valid() < len(configs)
+    # Other families search their own space whatever the problem.
+    assert BUILTINS["softmax"].space_for({"rows": 8, "cols": 1024}).count_valid() == \
+        BUILTINS["softmax"].search_space().count_valid()
+
+
+def test_rows_aligned_to_8_but_not_16_launch_the_variant_told_so_and_load_16_bytes_at_a_time():
+    import re
+
+    from dr_kernel.analysis import analyse
+    from dr_kernel.kernels.matmul import matmul_aligned_kernel, matmul_kernel, row_alignment
+
+    matmul = BUILTINS["matmul"]
+    config = matmul.check_config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8,
+                                  "num_warps": 8, "num_stages": 3})
+    assert [row_alignment(n) for n in (4096, 1000, 1020, 1022, 4095)] == [16, 8, 4, 2, 1]
+    assert matmul.fn_for(config, {"M": 2048, "N": 1000, "K": 16384}) is matmul_aligned_kernel
+    assert matmul.fn_for(config, {"M": 2048, "N": 4095, "K": 16384}) is matmul_kernel  # Nothing to tell.
+    assert matmul.fn_for(config, {"M": 2000, "N": 1024, "K": 1024}) is matmul_kernel   # M sets no stride.
+
+    def widths(fn, shape):
+        # The global memory traffic of the kernel compiled for the H200 as a launch on this problem
+        # would compile it: the asynchronous copies' sizes, how many, and the stores' widths.
+        from dr_kernel.analysis import compile_kernel
+        from dr_kernel.kernels.base import specialise
+        from dr_kernel.kernels.matmul import aligned_arguments, recorded_arguments
+
+        kernel_config = {k: v for k, v in config.items() if k not in ("num_warps", "num_stages")}
+        arguments = (aligned_arguments(shape, "fp16", kernel_config, 8) if fn is matmul_aligned_kernel
+                     else recorded_arguments(shape, "fp16", kernel_config))
+        compiled, _ = compile_kernel(fn, *specialise(fn, arguments), {"num_warps": 8, "num_stages": 3})
+        ptx = compiled.asm["ptx"]
+        copies = re.findall(r"cp\.async\.c[ag]\.shared\.global\S* \[[^\]]*\], \[[^\]]*\], (0x\w+|\d+)", ptx)
+        return sorted(set(copies)), len(copies), sorted(set(re.findall(r"st\.global\S*", ptx)))
+
+    odd = {"M": 1000, "N": 1000, "K": 1000}
+    aligned = widths(matmul_kernel, {"M": 1024, "N": 1024, "K": 1024})
+    assert aligned[0] == ["0x10"] and all(".v4" in store for store in aligned[2])
+    # Rows of 1000 elements, told: as many 16-byte copies as on aligned rows, and vector stores.
+    assert widths(matmul_aligned_kernel, odd) == aligned
+    # The recorded kernel on that problem copies nothing 16 bytes at a time and stores single
+    # elements: what the variant is for.
+    recorded = widths(matmul_kernel, odd)
+    assert recorded[1] == 0 and recorded[2] == ["st.global.b16"]
+    # The analyser compiles what the launch runs.
+    assert analyse(matmul, {"M": 2048, "N": 1000, "K": 16384}, "bf16", config).valid
 
 
 def test_compile_description_specialises_like_a_launch_on_contiguous_tensors():
@@ -203,6 +276,12 @@ INTERPRETER_CASES = {
     "matmul": [({"M": 40, "N": 72, "K": 50}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
                                                "num_warps": 4, "num_stages": 3}),
                ({"M": 33, "N": 40, "K": 64}, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 1,
+                                               "num_warps": 2, "num_stages": 2}),
+               # N and K multiples of 16: the recorded kernel; odd N and K: the recorded kernel too.
+               # The two above (alignment 2 and 8) launch matmul_aligned_kernel.
+               ({"M": 33, "N": 48, "K": 80}, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,
+                                               "num_warps": 4, "num_stages": 2}),
+               ({"M": 20, "N": 45, "K": 37}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 1,
                                                "num_warps": 2, "num_stages": 2}),
                # Split-K: 4 programs per tile over a K of 10 iterations (the last split is short).
                ({"M": 40, "N": 72, "K": 300}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8,

@@ -42,7 +42,7 @@ def test_each_operator_gives_torchs_result_through_its_tuned_kernel(runs):
     assert [c["op"] for c in choices[:5]] == ["matmul", "matmul", "softmax", "rms_norm", "attention"]
     assert all(c["variant"] == "triton" and c["source"] == "tuned" and c["evaluations"] == 2 and c["config"]
                for c in choices[:5])
-    # Rows of 40 and 29 elements are padded to multiples of 16; the aligned problem is not.
+    # Rows of 40 and 29 elements are padded to multiples of 16; rows of 40 and 24 are not.
     assert choices[0]["padded"] == {"M": 38, "N": 32, "K": 48} and choices[1]["padded"] is None
 
 

@@ -529,7 +529,7 @@ def analyse(kernel: BuiltinKernel | LaunchSource | tuple, shape: Mapping[str, An
         config = kernel.check_config(config)
         shape = kernel.check_shape(shape or {})
         dtype = dtype_name(dtype)
-        fn = kernel.fn_for(config)
+        fn = kernel.fn_for(config, shape)
         signature, constexprs, attrs = kernel.compile_source(shape, dtype, config)
     elif isinstance(kernel, LaunchSource):
         name = python_function(kernel.fn).__name__

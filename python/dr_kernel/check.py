@@ -137,14 +137,14 @@ class Outcome:
 def current_winner(entry: Entry, store, *, interpret: bool, tune: bool, budget: int) -> tuple[dict | None, str, str]:
     """The config the store holds fastest for this problem (tuning it first when `tune`, or when
     the store has none), and where it came from."""
+    from .analysis import device_limits
     from .kernels import get
     from .session import builtin_problem, device_name, stored_measurements, tune_builtin
-    from .space import make_space
 
     kernel = get(entry.kernel)
     device = device_name(interpret)
     problem = builtin_problem(kernel, entry.shape, entry.precision, device)
-    space = make_space(kernel.space, constraints=kernel.constraints)
+    space = kernel.space_for(entry.shape, None if interpret else device_limits(0))  # The space tune_builtin searches.
 
     def stored_winner() -> dict | None:
         # The session's rule for a config's time: the median of its repeats (the confirmation

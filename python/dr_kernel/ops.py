@@ -14,8 +14,8 @@ through the winner against the call through torch's operator, in this process, o
 tensors, in alternating rounds timed two ways: alone on the GPU (L2 flushed, the host's launch
 hidden) and call after call (where a small problem's time is the host's). The Triton kernel serves
 the problem only when it is faster by `margin` on both counts: torch is one more variant of the
-search. Matmul operands whose rows are not a multiple of 16 elements are served padded with zeros
-to such multiples (the problem tuned is the padded one; the copies are part of the race). The
+search. Matmul operands whose rows are not a multiple of 8 elements are served padded with zeros
+to multiples of 16 (the problem tuned is the padded one; the copies are part of the race). The
 choice goes to the results store (DR_KERNEL_DB or the user's cache): the next process takes it
 without measuring anything. `decisions()` lists this process's choices. docs/ops.md has more.
 
@@ -47,6 +47,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from .kernels.matmul import row_alignment
 
 VARIANTS = ("triton", "torch")
 
@@ -135,7 +137,9 @@ class Choice:
             from . import kernels
 
             kernel = kernels.get(self.kernel)
-            fn, launch, config = kernel.fn_for(self.config), kernel._launch, self.config
+            # One problem per choice: the function its first inputs pose is the one for all.
+            fn = kernel.fn_for(self.config, kernel.problem_of(inputs))
+            launch, config = kernel._launch, self.config
             self._launcher = lambda inputs: launch(fn, inputs, config)
         self._launcher(inputs)
 
@@ -165,11 +169,12 @@ def matmul(a, b):
         if choice is None and _runnable(device) and a.shape[-1] == b.shape[0] and a.numel() > 0 and b.numel() > 0:
             K, N = b.shape
             shape = {"M": a.numel() // K, "N": N, "K": K}
-            # Rows of A or B whose length is not a multiple of 16 elements cannot be loaded 16 bytes
-            # at a time (Triton specialises strides on divisibility by 16): 3000×5000×1000 ran 8×
-            # slower than cuBLAS. The kernel then serves the problem padded with zeros to those
-            # multiples (the copies are part of the call, and of its race).
-            padded = {"M": shape["M"], "N": -(-N // 16) * 16, "K": -(-K // 16) * 16}
+            # Rows of A or B whose length is not a multiple of 8 elements cannot be loaded 16 bytes
+            # at a time (multiples of 8 can: the built-in then launches the variant told their
+            # alignment). The kernel serves such a problem padded with zeros to multiples of 16
+            # (the copies are part of the call, and of its race): 4095³ is then faster than cuBLAS.
+            aligned = row_alignment(N, K) >= 8
+            padded = shape if aligned else {"M": shape["M"], "N": -(-N // 16) * 16, "K": -(-K // 16) * 16}
             choice = _choose(index, "matmul", "matmul", shape, a.dtype, device,
                              lambda c: _matmul_triton(c, a, b), lambda: torch.matmul(a, b),
                              tuned_shape=padded if padded != shape else None)

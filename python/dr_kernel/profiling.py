@@ -146,7 +146,7 @@ def profile(kernel: str, shape: Mapping[str, int], dtype: str, config: Mapping[s
     from .kernels import get
 
     builtin = get(kernel)
-    fn = builtin.fn_for(dict(config))
+    fn = builtin.fn_for(dict(config), builtin.check_shape(shape))
     name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", kernel)
     metrics = [*METRICS.values(), *(stall_metric(r) for r in STALLS)]
     target = json.dumps({"kernel": kernel, "shape": dict(shape), "dtype": dtype, "config": dict(config)})

@@ -653,21 +653,20 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
     shared one): the session uses it and leaves it running."""
     from .analysis import device_limits
     from .measure import BuiltinJob, MeasurePool, in_process, visible_devices
-    from .space import make_space
 
     shape = kernel.check_shape(shape)
     if interpret and not isolate and type(kernel.fn).__name__ != "InterpretedFunction":
         raise ValueError(f"{kernel.name} was decorated without Triton's interpreter, so it cannot run on the CPU "
                          "in this process: set TRITON_INTERPRET=1 before dr_kernel's kernels are imported, or "
                          "measure in a worker process (isolate=True)")
-    if space is None:
-        space = make_space(kernel.space, constraints=kernel.constraints)
     devices = ["cpu"] if interpret else visible_devices()
     if devices == ["cpu"] and not interpret:
         raise RuntimeError("measuring needs a GPU and none is visible")
     workers = workers or compile_workers(len(devices))
     if limits is None:
         limits = H200 if interpret else device_limits(0)
+    if space is None:
+        space = kernel.space_for(shape, limits)
     problem = builtin_problem(kernel, shape, dtype, device_name(interpret))
     settings = settings or _settings()
     job = BuiltinJob(kernel.name, dict(shape), dtype)

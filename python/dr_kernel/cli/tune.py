@@ -56,10 +56,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise UsageError(NO_GPU)
     _check_size(kernel, shape, dtype, args.interpret)
     interpret = args.interpret
-    if space is None:
-        from ..space import make_space
+    if space is None:  # The kernel's space for this problem, on this GPU (the H200's in the interpreter).
+        from ..analysis import device_limits
 
-        space = make_space(kernel.space, constraints=kernel.constraints)
+        space = kernel.space_for(shape, None if interpret else device_limits(0))
     store = open_store(args.db)
     progress = Progress(min(args.budget, space.count_valid()), f"tune {kernel.name}",
                         enabled=False if args.json else None)

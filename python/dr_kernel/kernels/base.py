@@ -178,9 +178,16 @@ class BuiltinKernel:
     operand_dtype: str | None = None
     # Values of parameters a config may leave out (a variant added after tables were recorded).
     defaults: dict[str, Any] = field(default_factory=dict)
-    # The @triton.jit function a config launches, when the family's variants are kernels of their
-    # own (split-K beside the plain matmul); None: always `fn`.
-    variant: Callable[[Config], Any] | None = None
+    # The @triton.jit function a config launches on a problem, when the family's variants are
+    # kernels of their own (split-K beside the plain matmul, and the matmul that knows its rows'
+    # alignment on sizes Triton does not specialise); None: always `fn`.
+    variant: Callable[[Config, Shape], Any] | None = None
+    # The space a tuning of one problem searches, where it is not `space` for every problem:
+    # (shape, device limits) to (space, constraints). Matmul adds split-K where tiles leave SMs idle.
+    _problem_space: Callable[[Shape, Any], tuple[dict[str, list], list[str]]] | None = None
+    # The problem a launch's inputs pose (shape keys to sizes), for families whose variant depends
+    # on it: a launch then runs the function its compile description compiled.
+    _problem: Callable[[dict[str, Any]], Shape] | None = None
 
     # ----- search space -------------------------------------------------------------------------
 
@@ -201,6 +208,19 @@ class BuiltinKernel:
         from ..space import make_space
 
         return make_space(self.space, constraints=self.constraints)
+
+    def space_for(self, shape: Mapping[str, Any], limits: Any = None):
+        """The Space a tuning of `shape` searches on a device of `limits` (default the H200's):
+        the kernel's own, or the one its family widens for the problem with the variants that can
+        pay there (the recorded space where none can)."""
+        from ..space import make_space
+
+        if self._problem_space is None:
+            return self.search_space()
+        if limits is None:
+            from ..analysis import H200 as limits
+        space, constraints = self._problem_space(self.check_shape(shape), limits)
+        return make_space(space, constraints=constraints)
 
     def satisfies(self, config: Mapping[str, Any]) -> bool:
         """Returns whether a configuration meets every constraint of the space."""
@@ -242,11 +262,21 @@ class BuiltinKernel:
     def launch(self, inputs: dict[str, Any], config: Mapping[str, Any]) -> Any:
         """Launches the kernel once on `inputs` with `config`, including num_warps and num_stages."""
         config = self.check_config(config)
-        return self._launch(self.fn_for(config), inputs, config)
+        return self._launch(self.fn_for(config, self.problem_of(inputs)), inputs, config)
 
-    def fn_for(self, config: Mapping[str, Any]) -> Any:
-        """The @triton.jit function `config` launches (its variant's, for families that have them)."""
-        return self.variant(config) if self.variant is not None else self.fn
+    def problem_of(self, inputs: dict[str, Any]) -> Shape | None:
+        """The shape of the problem `inputs` pose, where the family's variant depends on it."""
+        return self._problem(inputs) if self._problem is not None else None
+
+    def fn_for(self, config: Mapping[str, Any], shape: Mapping[str, Any] | None) -> Any:
+        """The @triton.jit function `config` launches on `shape` (its variant's, for families that
+        have them; a family whose variant depends on the problem needs the shape)."""
+        if self.variant is None:
+            return self.fn
+        if shape is None and self._problem is not None:
+            raise ValueError(f"kernel '{self.name}' launches a function that depends on the problem; "
+                             "give the shape (or the inputs' problem_of) to fn_for.")
+        return self.variant(config, shape)
 
     def reference(self, inputs: dict[str, Any]) -> Any:
         """Returns the framework's result for `inputs`, computed in fp32 and cast to the output's
@@ -272,8 +302,8 @@ class BuiltinKernel:
         and configuration, as a launch on contiguous tensors would specialise them."""
         config = self.check_config(config)
         kernel_config = {k: v for k, v in config.items() if k not in COMPILE_OPTIONS}
-        return specialise(self.fn_for(config), self.arguments(self.check_shape(shape), dtype_name(dtype),
-                                                               kernel_config))
+        shape = self.check_shape(shape)
+        return specialise(self.fn_for(config, shape), self.arguments(shape, dtype_name(dtype), kernel_config))
 
     def signature(self, shape: Mapping[str, Any], dtype: Any = "fp16") -> dict[str, str]:
         """Returns the compile signature (parameter name to Triton type or "constexpr")."""

@@ -10,6 +10,12 @@ lack it) the launch is that kernel; above 1 it is split-K, whose programs each t
 the K loop for one tile and add their partial sums into C with atomics (C zeroed first, inside
 the launch, so that its cost is timed). A deep K and a small M·N leave most SMs idle with one
 program per tile: 512×512×32768 has 16 tiles of 128×128 for 132 SMs.
+
+The problem picks one more variant, unsearched: where N and K are multiples of 2, 4 or 8 but not
+of 16 (rows of 1000 elements), matmul_aligned_kernel takes them in units of that multiple so that
+its loads and stores are as wide as the rows' alignment allows; Triton's launch specialises only
+divisibility by 16, and the recorded kernel loads such rows one element at a time. Recorded
+tables of such shapes (matmul_2048x1000x16384_bf16) were measured with the recorded kernel.
 """
 
 from __future__ import annotations
@@ -66,10 +72,16 @@ def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 
 
 @triton.jit
-def matmul_splitk_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+def matmul_splitk_kernel(a_ptr, b_ptr, c_ptr, M, n_units, k_units, sam_units, sak, sbk_units, sbn, scm_units, scn,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr):
-    # The tiles as in matmul_kernel; program_id(1) picks this program's share of the K loop.
+                         GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, ALIGN: tl.constexpr):
+    # The tiles as in matmul_kernel; program_id(1) picks this program's share of the K loop. The
+    # sizes and row strides arrive in units of ALIGN elements, as in matmul_aligned_kernel.
+    N = n_units * ALIGN
+    K = k_units * ALIGN
+    sam = sam_units * ALIGN
+    sbk = sbk_units * ALIGN
+    scm = scm_units * ALIGN
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     pid_k = tl.program_id(1)
     iters = tl.cdiv(K, BLOCK_K)
@@ -95,13 +107,84 @@ def matmul_splitk_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, 
     tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask, sem="relaxed")
 
 
+@triton.jit
+def matmul_aligned_kernel(a_ptr, b_ptr, c_ptr, M, n_units, k_units, sam_units, sak, sbk_units, sbn, scm_units, scn,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          GROUP_M: tl.constexpr, ALIGN: tl.constexpr):
+    # matmul_kernel for problems whose N, K and row strides are multiples of ALIGN (2, 4 or 8)
+    # but not of 16, the only divisibility Triton's launch specialises: they arrive in units of
+    # ALIGN elements, so that the compiler knows every row of A, B and C starts ALIGN elements
+    # apart, and that the masks along K and N change only at such boundaries. Loads and stores
+    # are then as wide as ALIGN elements allow (16 bytes for 8 fp16) instead of one element.
+    N = n_units * ALIGN
+    K = k_units * ALIGN
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_am[:, None] * (sam_units * ALIGN) + offs_k[None, :] * sak
+    b_ptrs = b_ptr + offs_k[:, None] * (sbk_units * ALIGN) + offs_bn[None, :] * sbn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * sak
+        b_ptrs += BLOCK_K * (sbk_units * ALIGN)
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + (scm_units * ALIGN) * offs_cm[:, None] + scn * offs_cn[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+def row_alignment(*sizes: int) -> int:
+    """The largest power of two up to 16 that divides every one of `sizes` (elements)."""
+    align = 16
+    while align > 1 and any(size % align for size in sizes):
+        align //= 2
+    return align
+
+
+def _aligned(shape) -> int:
+    """ALIGN for matmul_aligned_kernel on this problem (contiguous operands: the row strides are K,
+    N and N), or 0 where the recorded kernel is the one to launch: Triton already specialises
+    multiples of 16, and with odd sizes there is nothing to tell the compiler."""
+    align = row_alignment(shape["N"], shape["K"])
+    return align if 1 < align < 16 else 0
+
+
 # The splits a sweep records and a user may search (--space '{..., "SPLIT_K": [1, 2, 4, 8, 16]}').
 SPLIT_K_VALUES = [1, 2, 4, 8, 16]
 
 
-def _variant(config):
-    """The kernel a config launches: split-K above SPLIT_K = 1."""
-    return matmul_splitk_kernel if config.get("SPLIT_K", 1) > 1 else matmul_kernel
+def _variant(config, shape):
+    """The kernel a config launches on a problem: split-K above SPLIT_K = 1; otherwise the recorded
+    kernel, or the one told its rows' alignment where N and K are multiples of 2, 4 or 8 but not
+    of 16 (2048×1000×16384 bf16: 0.67 ms recorded with one-element loads, cuBLAS 0.09)."""
+    if config.get("SPLIT_K", 1) > 1:
+        return matmul_splitk_kernel
+    return matmul_aligned_kernel if _aligned(shape) else matmul_kernel
+
+
+def _problem_space(shape, limits):
+    """The space a tuning of `shape` searches: the recorded one, plus the splits of K that can pay.
+    A split pays only while the programs do not fill the GPU: a config with SPLIT_K = s is kept
+    when its tiles times s stay within two programs per SM (so that the split of s / 2 left SMs
+    idle) and each split keeps at least two iterations of its K loop. Where no tile of the space
+    leaves room for a split (4096³: 256 tiles of 256×256), the space is the recorded one."""
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    room = 2 * limits.sm_count
+    tiles = min(cdiv(M, m) * cdiv(N, n) for m in KERNEL.space["BLOCK_M"] for n in KERNEL.space["BLOCK_N"])
+    splits = [s for s in SPLIT_K_VALUES if s == 1 or (tiles * s <= room and K >= 2 * s * min(KERNEL.space["BLOCK_K"]))]
+    if splits == [1]:
+        return dict(KERNEL.space), list(KERNEL.constraints)
+    rule = (f"SPLIT_K == 1 or ((({M} + BLOCK_M - 1) // BLOCK_M) * (({N} + BLOCK_N - 1) // BLOCK_N) * SPLIT_K "
+            f"<= {room} and {K} >= 2 * SPLIT_K * BLOCK_K)")
+    return {**KERNEL.space, "SPLIT_K": splits}, [*KERNEL.constraints, rule]
+
+
+def _problem(inputs):
+    return {"M": inputs["a"].shape[0], "N": inputs["b"].shape[1], "K": inputs["a"].shape[1]}
 
 
 def _kernel_config(config):
@@ -112,9 +195,27 @@ def _kernel_config(config):
 def _arguments(shape, dtype, config):
     # The strides are those of contiguous row-major A (M×K), B (K×N) and C (M×N), as make_inputs
     # allocates them; the unit strides therefore compile as the constant 1.
+    if config.get("SPLIT_K", 1) > 1:
+        return aligned_arguments(shape, dtype, config, row_alignment(shape["N"], shape["K"]))
+    align = _aligned(shape)
+    return aligned_arguments(shape, dtype, config, align) if align else recorded_arguments(shape, dtype, config)
+
+
+def recorded_arguments(shape, dtype, config):
+    """matmul_kernel's arguments for contiguous operands of `shape`."""
     M, N, K = shape["M"], shape["N"], shape["K"]
     return {"a_ptr": Pointer(dtype), "b_ptr": Pointer(dtype), "c_ptr": Pointer(dtype),
             "M": M, "N": N, "K": K, "sam": K, "sak": 1, "sbk": N, "sbn": 1, "scm": N, "scn": 1,
+            **_kernel_config(config)}
+
+
+def aligned_arguments(shape, dtype, config, align):
+    """matmul_aligned_kernel's (and split-K's) arguments for contiguous operands of `shape`, rows
+    `align`-aligned."""
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    return {"a_ptr": Pointer(dtype), "b_ptr": Pointer(dtype), "c_ptr": Pointer(dtype),
+            "M": M, "n_units": N // align, "k_units": K // align, "sam_units": K // align, "sak": 1,
+            "sbk_units": N // align, "sbn": 1, "scm_units": N // align, "scn": 1, "ALIGN": align,
             **_kernel_config(config)}
 
 
@@ -137,6 +238,13 @@ def _launch(fn, inputs, config):
     grid = (cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]), split)
     if split > 1:
         c.zero_()  # The partial sums are added into C: part of the launch, and of its time.
+    if fn is not matmul_kernel:
+        # The sizes and row strides in units of ALIGN elements; a stride that is not such a
+        # multiple (an operand that is a view) takes the alignment down with it.
+        align = row_alignment(N, K, a.stride(0), b.stride(0), c.stride(0))
+        return fn[grid](a, b, c, M, N // align, K // align, a.stride(0) // align, a.stride(1),
+                        b.stride(0) // align, b.stride(1), c.stride(0) // align, c.stride(1),
+                        ALIGN=align, **_kernel_config(config))
     return fn[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                     c.stride(0), c.stride(1), **_kernel_config(config))
 
@@ -166,14 +274,18 @@ KERNEL = BuiltinKernel(
         "GROUP_M": [1, 8],
         "num_warps": [2, 4, 8],
         "num_stages": [2, 3, 4, 5],
-        # Split-K is searched only where asked for (space=, --space with SPLIT_K_VALUES) until the
-        # tables are re-swept with it: the cost model has never seen a split, and extrapolates it
-        # as a win on shapes whose tiles already fill the GPU (4096³ ranked SPLIT_K = 2 first).
+        # The recorded space: no split. A tuning of one problem adds the splits that can pay on
+        # it (_problem_space): the cost model has never seen a split in its tables, and ranked
+        # SPLIT_K = 2 first for 4096³, whose tiles already fill the GPU and where every split
+        # loses; on the split-K sweep of 512×512×32768 the shipped agent reached 1.05× of the
+        # best in 6 evaluations (median of 10; random search 34).
         "SPLIT_K": [1],
     },
     # Configs written before SPLIT_K existed (the recorded tables, users' --config) mean 1.
     defaults={"SPLIT_K": 1},
     variant=_variant,
+    _problem=_problem,
+    _problem_space=_problem_space,
     # The recorded space has no constraints: the configurations that need too much shared memory
     # or take minutes in ptxas are part of what a tuner must learn to avoid, and the recorded
     # tables hold them as out_of_resources and compile_timeout rows.
