@@ -1,6 +1,7 @@
 """Where the host time of a dr_kernel.ops call served by Triton goes (the H200 machine): a small
 softmax (8×256, launch-bound), timed per call back to back through ops.softmax, through the
-built-in kernel's launch, and as a bare JIT launch; then Python's profiler over ops.softmax calls.
+built-in kernel's launch, as a bare JIT launch and through DirectLaunch (the binary's launcher);
+then Python's profiler over ops.softmax calls.
 
     python benchmarks/ops_dispatch_profile.py --out DIR
 """
@@ -27,6 +28,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
     from dr_kernel import kernels, ops
+    from dr_kernel.direct_launch import DirectLaunch
 
     ops.configure(variants=("triton",), max_evals=4, db=str(Path(tempfile.mkdtemp()) / "results.db"))
     x = torch.randn(8, 256, device="cuda", dtype=torch.float16)
@@ -37,11 +39,13 @@ def main() -> int:
     y = torch.empty_like(x)
     inputs = {"x": x, "y": y}
     meta = dict(config)
+    direct = DirectLaunch(fn)
     calls = {
         "ops.softmax": lambda: ops.softmax(x),
         "torch.softmax": lambda: torch.softmax(x, -1),
         "kernel._launch": lambda: kernel._launch(fn, inputs, config),
         "bare fn[grid](...)": lambda: fn[(8,)](x, y, 256, 256, **meta),
+        "DirectLaunch(fn)[grid](...)": lambda: direct[(8,)](x, y, 256, 256, **meta),
         "torch.empty_like": lambda: torch.empty_like(x),
     }
     row = {"config": config}

@@ -238,7 +238,7 @@ def _launch(fn, inputs, config):
     grid = (cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]), split)
     if split > 1:
         c.zero_()  # The partial sums are added into C: part of the launch, and of its time.
-    if fn is not matmul_kernel:
+    if _variant(config, {"M": M, "N": N, "K": K}) is not matmul_kernel:
         # The sizes and row strides in units of ALIGN elements; a stride that is not such a
         # multiple (an operand that is a view) takes the alignment down with it.
         align = row_alignment(N, K, a.stride(0), b.stride(0), c.stride(0))
