@@ -183,7 +183,7 @@ class BuiltinKernel:
     # alignment on sizes Triton does not specialise); None: always `fn`.
     variant: Callable[[Config, Shape], Any] | None = None
     # The space a tuning of one problem searches, where it is not `space` for every problem:
-    # (shape, device limits) to (space, constraints). Matmul adds split-K where tiles leave SMs idle.
+    # (shape, device limits) to (space, constraints), as in matmul.py's _problem_space.
     _problem_space: Callable[[Shape, Any], tuple[dict[str, list], list[str]]] | None = None
     # The problem a launch's inputs pose (shape keys to sizes), for families whose variant depends
     # on it: a launch then runs the function its compile description compiled.
@@ -211,8 +211,8 @@ class BuiltinKernel:
 
     def space_for(self, shape: Mapping[str, Any], limits: Any = None):
         """The Space a tuning of `shape` searches on a device of `limits` (default the H200's):
-        the kernel's own, or the one its family widens for the problem with the variants that can
-        pay there (the recorded space where none can)."""
+        the kernel's own, or the one its family makes for the problem (matmul's leaves out the
+        configs whose accumulator spills and adds the splits of K that can pay on the problem)."""
         from ..space import make_space
 
         if self._problem_space is None:
