@@ -21,7 +21,6 @@ as before. Under Triton's interpreter there is no binary: every call takes the n
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
 from typing import Any
 
 
@@ -30,60 +29,81 @@ class DirectLaunch:
     of one problem (see the module's doc). Not for the interpreter: there `fn[grid]` is all."""
 
     def __init__(self, fn: Any):
+        from triton import knobs
+        from triton.runtime.driver import driver
+
         self.fn = fn
-        params = list(inspect.signature(fn.fn).parameters.values())
-        self._names = [p.name for p in params]
-        self._defaults = [p.default for p in params]
-        self._kernel = None  # The compiled binary of the first call, and what decided it:
-        self._fixed: tuple = ()          # the values of the arguments that are not tensors,
-        self._fixed_at: Sequence[int] = ()  # their positions,
-        self._tensors: Sequence[tuple] = ()  # each tensor's position, dtype and 16-byte alignment,
-        self._device = None              # the device it was loaded on, and the debug knob.
-        self._debug = None
+        self._runtime, self._driver = knobs.runtime, driver
+        self._params = list(inspect.signature(fn.fn).parameters.values())
+        self._kernel = None  # The first call's binary, and what decided it (_capture).
         self.direct = 0  # Launches taken the short way (for tests and benchmarks).
 
     def __getitem__(self, grid):
         return lambda *args, **kwargs: self._call(grid, args, kwargs)
 
-    def _bind(self, args: tuple, kwargs: dict) -> list:
-        # The parameters in order, as the JIT's binder lists them; kwargs that are no parameter of
-        # the kernel (num_warps, num_stages) are compile options, part of the binary already.
-        values = list(args)
-        for name, default in zip(self._names[len(args):], self._defaults[len(args):], strict=True):
-            values.append(kwargs[name] if name in kwargs else default)
-        return values
-
     def _call(self, grid, args: tuple, kwargs: dict):
-        from triton import knobs
-        from triton.runtime.driver import driver
-
         kernel = self._kernel
-        runtime = knobs.runtime
-        if (kernel is not None and _unhooked(runtime.launch_enter_hook) and _unhooked(runtime.launch_exit_hook)
-                and runtime.debug == self._debug):
-            values = self._bind(args, kwargs)
-            device = driver.active.get_current_device()
-            if (device == self._device and tuple(values[i] for i in self._fixed_at) == self._fixed
-                    and all(values[i].dtype == dtype and (not aligned or values[i].data_ptr() % 16 == 0)
-                            for i, dtype, aligned in self._tensors)):
-                grid = grid(dict(zip(self._names, values, strict=False))) if callable(grid) else grid
-                kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                           driver.active.get_current_stream(device), kernel.function, kernel.packed_metadata,
-                           None, None, None, *values)
-                self.direct += 1
-                return kernel
+        if kernel is not None and self._same(args, kwargs):
+            values = (*args, *map(kwargs.__getitem__, self._rest_kwargs), *self._rest_defaults)
+            if callable(grid):
+                grid = grid(dict(zip(self._names, values, strict=True)))
+            kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
+                       self._driver.active.get_current_stream(self._device), kernel.function,
+                       kernel.packed_metadata, None, None, None, *values)
+            self.direct += 1
+            return kernel
         kernel = self.fn[grid](*args, **kwargs)
         if self._kernel is None and kernel is not None and not getattr(self.fn, "pre_run_hooks", None):
-            self._capture(kernel, self._bind(args, kwargs), driver.active.get_current_device(), knobs.runtime.debug)
+            self._capture(kernel, args, kwargs)
         return kernel
 
-    def _capture(self, kernel, values: list, device, debug) -> None:
-        tensors = [i for i, v in enumerate(values) if hasattr(v, "data_ptr")]
-        self._fixed_at = [i for i in range(len(values)) if i not in tensors]
-        self._fixed = tuple(values[i] for i in self._fixed_at)
-        self._tensors = [(i, values[i].dtype, values[i].data_ptr() % 16 == 0) for i in tensors]
+    def _same(self, args: tuple, kwargs: dict) -> bool:
+        # Whether this call would load the first call's binary (the module's doc lists the tests).
+        runtime = self._runtime
+        if (len(args) != self._nargs or kwargs.keys() != self._keys or runtime.debug != self._debug
+                or not _unhooked(runtime.launch_enter_hook) or not _unhooked(runtime.launch_exit_hook)
+                or self._driver.active.get_current_device() != self._device):
+            return False
+        at, key = args.__getitem__, kwargs.__getitem__
+        if (tuple(map(at, self._fixed_at)) != self._fixed or tuple(map(key, self._fixed_keys)) != self._fixed_kw):
+            return False
+        tensors = [*map(at, self._tensor_at), *map(key, self._tensor_keys)]
+        if [t.dtype for t in tensors] != self._dtypes:
+            return False
+        for i in self._aligned:
+            if tensors[i].data_ptr() % 16:
+                return False
+        return True
+
+    def _capture(self, kernel, args: tuple, kwargs: dict) -> None:
+        # The parameters after the positional ones come from kwargs or their defaults, in the
+        # order the binary's launcher takes them (the JIT binder's); kwargs that are no parameter
+        # (num_warps, num_stages) are compile options: compared, not passed.
+        rest = self._params[len(args):]
+        if any(p.name not in kwargs and p.default is inspect.Parameter.empty for p in rest):
+            return  # The JIT would have refused the call; nothing to remember.
+        given = [p.name for p in rest if p.name in kwargs]
+        if given != [p.name for p in rest[:len(given)]]:
+            return  # A default between given parameters: keep the JIT's path (rare; not worth a plan).
+
+        self._names = [p.name for p in self._params]
+        self._nargs, self._keys = len(args), set(kwargs)
+        self._rest_kwargs = given
+        self._rest_defaults = tuple(p.default for p in rest[len(given):])
+        tensor = [hasattr(v, "data_ptr") for v in args]
+        tensor_kw = {k: hasattr(v, "data_ptr") for k, v in kwargs.items()}
+        self._fixed_at = [i for i, t in enumerate(tensor) if not t]
+        self._fixed = tuple(args[i] for i in self._fixed_at)
+        self._fixed_keys = [k for k, t in tensor_kw.items() if not t]
+        self._fixed_kw = tuple(kwargs[k] for k in self._fixed_keys)
+        self._tensor_at = [i for i, t in enumerate(tensor) if t]
+        self._tensor_keys = [k for k, t in tensor_kw.items() if t]
+        tensors = [*(args[i] for i in self._tensor_at), *(kwargs[k] for k in self._tensor_keys)]
+        self._dtypes = [t.dtype for t in tensors]
+        self._aligned = [i for i, t in enumerate(tensors) if t.data_ptr() % 16 == 0]
+        self._device, self._debug = self._driver.active.get_current_device(), self._runtime.debug
         kernel.run  # noqa: B018 -- loads the binary and its launcher (the JIT has, for this call).
-        self._kernel, self._device, self._debug = kernel, device, debug
+        self._kernel = kernel
 
 
 def _unhooked(hook: Any) -> bool:
