@@ -85,6 +85,8 @@ def test_a_launch_like_the_first_goes_straight_to_its_binary_and_any_other_throu
     launch(x, y, factor=3.0)                             # another scalar
     launch(x, y, EVEN=False)                             # another constexpr
     launch(x.float(), y)                                 # another dtype
+    direct[(4,)](x, y, 64, 2.0, BLOCK=16, num_warps=8)   # other compile options
+    direct[(4,)](x, y, 64, 2.0, 16, num_warps=4)         # the same values, bound otherwise
     launch(x[1:], y[1:], n=63)                           # a view 2 bytes off 16-byte alignment...
     launch(torch.zeros(65, dtype=torch.float16)[1:], y)  # ...even with the same sizes
     fake_driver.device = 1
@@ -100,9 +102,9 @@ def test_a_launch_like_the_first_goes_straight_to_its_binary_and_any_other_throu
         launch(x, y)
     finally:
         hook.remove(print)
-    assert len(jit.calls) == 10 and direct.direct == 1
+    assert len(jit.calls) == 12 and direct.direct == 1
     launch(x2, y2)
-    assert len(jit.calls) == 10 and direct.direct == 2
+    assert len(jit.calls) == 12 and direct.direct == 2
 
 
 def test_an_unaligned_first_launch_lets_any_pointer_take_the_short_way(fake_driver):
