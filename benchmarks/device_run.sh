@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ops, opsprofile, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ops, opsprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
@@ -71,6 +71,11 @@ for step in "$@"; do
         --out "$work/ops" --deadline "${OPS_DEADLINE:-480}" --dispatch ${OPS_FAMILIES:+--families "$OPS_FAMILIES"} ${OPS_ARGS:-} \
         > "$work/ops.log" 2>&1
       echo "ops: rc $? after $(elapsed) s"; grep -v Warning "$work/ops.log" | tail -45
+      pack ;;
+    persistent)  # Issue 11: a persistent tile schedule against the built-in matmul, same tiles.
+      timeout -k 10 "${PERSISTENT_TIMEOUT:-150}" python3 benchmarks/persistent_probe.py --out "$work/persistent" \
+        > "$work/persistent.log" 2>&1
+      echo "persistent: rc $? after $(elapsed) s"; grep -v Warning "$work/persistent.log" | tail -40
       pack ;;
     opsprofile)  # Where a dr_kernel.ops call's host time goes.
       timeout -k 10 200 python3 benchmarks/ops_dispatch_profile.py --out "$work/opsprofile" > "$work/opsprofile.log" 2>&1

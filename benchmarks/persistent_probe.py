@@ -1,0 +1,137 @@
+"""What a persistent tile schedule would gain over the built-in matmul (issue 11), before it is a
+variant the search tunes: on the H200, for a few tile configs per problem, the built-in kernel (as
+dr_kernel launches it: the aligned-rows variant where it applies) against the same tiles in a
+persistent kernel (one program per SM walking the tiles, its K loop and its tile loop flattened so
+the compiler can overlap one tile's epilogue with the next one's loads), and torch.matmul.
+
+    python benchmarks/persistent_probe.py --out DIR            # on the GPU
+    python benchmarks/persistent_probe.py --out DIR --interpret  # the kernel's results on the CPU
+
+Times are do_bench medians (L2 cleared before each launch); every persistent result is checked
+against torch's in fp32 first. The rows decide whether the variant is worth the search's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+if "--interpret" in sys.argv:  # Before Triton decorates anything.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from dr_kernel.kernels.matmul import _grouped_tile  # noqa: E402
+
+PROBLEMS = [  # (M, N, K, dtype): the shapes the built-in kernel loses on, and regular ones.
+    (3000, 5000, 1000, "fp16"), (6144, 1000, 2048, "bf16"), (1000, 1000, 1000, "fp16"),
+    (2048, 2048, 2048, "bf16"), (4096, 4096, 4096, "fp16"), (8192, 8192, 4096, "bf16"),
+]
+TILES = [  # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages
+    (128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 5), (128, 256, 64, 8, 3), (64, 128, 64, 4, 4),
+]
+
+
+@triton.jit
+def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, scm,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                             GROUP_M: tl.constexpr, ALIGN: tl.constexpr, PROGRAMS: tl.constexpr):
+    # Contiguous row-major operands; N, K and the row strides in units of ALIGN elements, as in
+    # matmul_aligned_kernel. Program p takes tiles p, p + PROGRAMS, ... in the grouped order.
+    N = N * ALIGN
+    K = K * ALIGN
+    iters = tl.cdiv(K, BLOCK_K)
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    for tile in tl.range(tl.program_id(0), tiles, PROGRAMS, flatten=True):
+        pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+        cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, iters):
+            ks = k * BLOCK_K + offs_k
+            a = tl.load(a_ptr + rows[:, None] * (sam * ALIGN) + ks[None, :], mask=ks[None, :] < K, other=0.0)
+            b = tl.load(b_ptr + ks[:, None] * (sbk * ALIGN) + cols[None, :], mask=ks[:, None] < K, other=0.0)
+            acc = tl.dot(a, b, acc)
+        out_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        out_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(c_ptr + out_m[:, None] * (scm * ALIGN) + out_n[None, :], acc.to(c_ptr.dtype.element_ty),
+                 mask=(out_m[:, None] < M) & (out_n[None, :] < N))
+
+
+def persistent(a, b, c, config, programs):
+    from dr_kernel.kernels.base import cdiv
+    from dr_kernel.kernels.matmul import row_alignment
+
+    M, K = a.shape
+    N = b.shape[1]
+    align = row_alignment(N, K, a.stride(0), b.stride(0), c.stride(0))
+    bm, bn, bk, warps, stages = config
+    grid = (min(programs, cdiv(M, bm) * cdiv(N, bn)),)
+    matmul_persistent_kernel[grid](a, b, c, M, N // align, K // align, a.stride(0) // align,
+                                   b.stride(0) // align, c.stride(0) // align, BLOCK_M=bm, BLOCK_N=bn,
+                                   BLOCK_K=bk, GROUP_M=8, ALIGN=align, PROGRAMS=programs,
+                                   num_warps=warps, num_stages=stages)
+
+
+def _bench(fn, *args) -> float:
+    return triton.testing.do_bench(lambda: fn(*args), return_mode="median")
+
+
+def _measure(matmul, a, b, expected, config, programs: int, timed: bool) -> dict:
+    """One tile config: the persistent kernel's error against fp32, then both kernels' times."""
+    import torch
+
+    c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+    entry = {"config": config}
+    try:
+        persistent(a, b, c, config, programs)
+        entry["relerr"] = ((c.float() - expected).norm() / expected.norm()).item()
+        if timed:
+            built_in = {"BLOCK_M": config[0], "BLOCK_N": config[1], "BLOCK_K": config[2], "GROUP_M": 8,
+                        "num_warps": config[3], "num_stages": config[4]}
+            entry["built_in_ms"] = _bench(matmul.launch, {"a": a, "b": b, "c": c}, built_in)
+            entry["persistent_ms"] = _bench(persistent, a, b, c, config, programs)
+    except Exception as e:  # noqa: BLE001 -- a config that fails is a row, not the end.
+        entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    return entry
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--interpret", action="store_true", help="small problems on the CPU, results only")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    import torch
+    from dr_kernel import kernels
+    from dr_kernel.kernels.base import torch_dtype
+
+    matmul = kernels.get("matmul")
+    device = "cpu" if args.interpret else "cuda"
+    problems = [(40, 72, 48, "fp16"), (33, 40, 64, "fp16")] if args.interpret else PROBLEMS
+    tiles = [(16, 32, 16, 4, 2)] if args.interpret else TILES
+    programs = 3 if args.interpret else torch.cuda.get_device_properties(0).multi_processor_count
+    rows = []
+    for M, N, K, dtype in problems:
+        a = torch.randn(M, K, device=device, dtype=torch_dtype(dtype))
+        b = torch.randn(K, N, device=device, dtype=torch_dtype(dtype))
+        expected = torch.matmul(a.float(), b.float())
+        row = {"M": M, "N": N, "K": K, "dtype": dtype, "configs": []}
+        if not args.interpret:
+            row["torch_ms"] = _bench(torch.matmul, a, b)
+        for config in tiles:
+            entry = _measure(matmul, a, b, expected, config, programs, timed=not args.interpret)
+            row["configs"].append(entry)
+            print(json.dumps({"problem": (M, N, K, dtype), **entry}), flush=True)
+        rows.append(row)
+    (args.out / "persistent.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
