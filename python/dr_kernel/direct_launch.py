@@ -9,13 +9,14 @@ binary serves every later call whose arguments specialise the same way; `DirectL
 the binary and the arguments that decide its specialisation, and hands later calls with the same
 ones straight to the binary's launcher.
 
-A call is taken the short way only when it would have loaded the same binary: every argument
-that is not a tensor (sizes, strides, constexprs, scalars) is equal to the first call's, every
-tensor has the first call's dtype and is 16-byte aligned if it was (alignment is part of the
-specialisation), the current
-device is the first call's, the JITFunction has no pre-run hooks, no launch hooks are set
-(profilers set them) and Triton's debug knob is as it was. Anything else goes through `fn[grid]`
-as before. Under Triton's interpreter there is no binary: every call takes the normal path.
+A call is taken the short way only when it would have loaded the same binary: it passes the
+same arguments positionally and by keyword as the first call; every argument that is not a
+tensor (sizes, strides, constexprs, scalars, compile options) is equal to the first call's;
+every tensor has the first call's dtype and is 16-byte aligned if it was (alignment is part of
+the specialisation); the current device is the first call's; the JITFunction has no pre-run
+hooks, no launch hooks are set (profilers set them) and Triton's debug knob is as it was.
+Anything else goes through `fn[grid]` as before. Under Triton's interpreter there is no binary:
+every call takes the normal path.
 """
 
 from __future__ import annotations
