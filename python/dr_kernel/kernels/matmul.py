@@ -72,22 +72,11 @@ def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 
 
 @triton.jit
-def matmul_splitk_kernel(a_ptr, b_ptr, c_ptr, M, n_units, k_units, sam_units, sak, sbk_units, sbn, scm_units, scn,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, ALIGN: tl.constexpr):
-    # The tiles as in matmul_kernel; program_id(1) picks this program's share of the K loop. The
-    # sizes and row strides arrive in units of ALIGN elements, as in matmul_aligned_kernel.
-    N = n_units * ALIGN
-    K = k_units * ALIGN
-    sam = sam_units * ALIGN
-    sbk = sbk_units * ALIGN
-    scm = scm_units * ALIGN
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    pid_k = tl.program_id(1)
-    iters = tl.cdiv(K, BLOCK_K)
-    per_split = tl.cdiv(iters, SPLIT_K)
-    first_iter = pid_k * per_split
-    last_iter = min(first_iter + per_split, iters)
+def _tile_sum(a_ptr, b_ptr, pid_m, pid_n, M, N, K, sam, sak, sbk, sbn, first_iter, last_iter,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # The variants' main loop (matmul_kernel keeps its own inline copy: its source is the recorded
+    # one): the fp32 product of tile (pid_m, pid_n) over K iterations [first_iter, last_iter).
+    # Rows and columns wrap around instead of being masked, as in matmul_kernel.
     offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     offs_k = first_iter * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -100,9 +89,27 @@ def matmul_splitk_kernel(a_ptr, b_ptr, c_ptr, M, n_units, k_units, sam_units, sa
         acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * sak
         b_ptrs += BLOCK_K * sbk
+    return acc
+
+
+@triton.jit
+def matmul_splitk_kernel(a_ptr, b_ptr, c_ptr, M, n_units, k_units, sam_units, sak, sbk_units, sbn, scm_units, scn,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, ALIGN: tl.constexpr):
+    # The tiles as in matmul_kernel; program_id(1) picks this program's share of the K loop. The
+    # sizes and row strides arrive in units of ALIGN elements, as in matmul_aligned_kernel.
+    N = n_units * ALIGN
+    K = k_units * ALIGN
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    iters = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(iters, SPLIT_K)
+    first_iter = tl.program_id(1) * per_split
+    last_iter = min(first_iter + per_split, iters)
+    acc = _tile_sum(a_ptr, b_ptr, pid_m, pid_n, M, N, K, sam_units * ALIGN, sak, sbk_units * ALIGN, sbn,
+                    first_iter, last_iter, BLOCK_M, BLOCK_N, BLOCK_K)
     offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + scm * offs_cm[:, None] + scn * offs_cn[None, :]
+    c_ptrs = c_ptr + (scm_units * ALIGN) * offs_cm[:, None] + scn * offs_cn[None, :]
     mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N) & (first_iter < iters)
     tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask, sem="relaxed")
 
@@ -119,18 +126,8 @@ def matmul_aligned_kernel(a_ptr, b_ptr, c_ptr, M, n_units, k_units, sam_units, s
     N = n_units * ALIGN
     K = k_units * ALIGN
     pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_am[:, None] * (sam_units * ALIGN) + offs_k[None, :] * sak
-    b_ptrs = b_ptr + offs_k[:, None] * (sbk_units * ALIGN) + offs_bn[None, :] * sbn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * sak
-        b_ptrs += BLOCK_K * (sbk_units * ALIGN)
+    acc = _tile_sum(a_ptr, b_ptr, pid_m, pid_n, M, N, K, sam_units * ALIGN, sak, sbk_units * ALIGN, sbn,
+                    0, tl.cdiv(K, BLOCK_K), BLOCK_M, BLOCK_N, BLOCK_K)
     offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + (scm_units * ALIGN) * offs_cm[:, None] + scn * offs_cn[None, :]
