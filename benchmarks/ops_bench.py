@@ -18,6 +18,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -232,8 +233,9 @@ def report(out: Path) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     summary = ["| family | problems | Triton alone / torch, geomean | min | below 0.8× "
                "| the same by GPU time | min | below 0.8× | served by Triton "
-               "| ops / torch, geomean | min | first call s, median | max |",
-               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+               "| ops / torch, geomean | min | fraction of peak, median: torch / Triton / ops "
+               "| first call s, median | max |",
+               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def gpu(r):  # The race's GPU-time ratio, where the race ran.
         triton, torch = r.get("race_triton_ms"), r.get("race_torch_ms")
@@ -251,12 +253,17 @@ def report(out: Path) -> str:
                          f"{gpu(r):.2f} | {ms['torch'] / ms['ops']:.2f} | {r['fraction_of_peak']['ops']:.2f} |")
         alone = [r["ms"]["torch"] / r["ms"]["triton"] for r in fam if "triton" in r["ms"]]
         by_gpu = [x for x in map(gpu, fam) if not math.isnan(x)]
+
+        def peak(who, fam=fam):  # The roofline's verdict (FLOP/s or bytes/s, whichever binds).
+            got = sorted(r["fraction_of_peak"][who] for r in fam if who in r["fraction_of_peak"])
+            return f"{statistics.median(got):.2f}" if got else "–"
         ops = [r["ms"]["torch"] / r["ms"]["ops"] for r in fam]
         first = sorted(r["first_call_s"] for r in fam)
         summary.append(f"| {family} | {len(fam)} | {geomean(alone):.3f} | {min(alone, default=math.nan):.2f} | "
                        f"{sum(x < 0.8 for x in alone)} | {geomean(by_gpu):.3f} | {min(by_gpu, default=math.nan):.2f} | "
                        f"{sum(x < 0.8 for x in by_gpu)} | {sum(r['variant'] == 'triton' for r in fam)} | "
-                       f"{geomean(ops):.3f} | {min(ops):.2f} | {first[len(first) // 2]:.1f} | {first[-1]:.1f} |")
+                       f"{geomean(ops):.3f} | {min(ops):.2f} | {peak('torch')} / {peak('triton')} / {peak('ops')} | "
+                       f"{first[len(first) // 2]:.1f} | {first[-1]:.1f} |")
     return "\n".join(summary) + "\n\n" + "\n".join(lines)
 
 
