@@ -119,7 +119,7 @@ def test_split_k_is_a_variant_and_split_k_1_is_the_recorded_kernel():
     assert plain.binary_hash != splitting.binary_hash and splitting.n_regs > 0
 
 
-def test_a_problem_whose_tiles_leave_sms_idle_is_tuned_over_splits_of_k_and_others_over_the_recorded_space():
+def test_a_live_matmul_tuning_adds_splits_of_k_where_tiles_leave_sms_idle_and_leaves_out_spilling_accumulators():
     from dr_kernel.analysis import H200
     from dr_kernel.kernels.base import cdiv
 
