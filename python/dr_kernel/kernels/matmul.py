@@ -146,7 +146,11 @@ def _aligned(shape) -> int:
     """ALIGN for matmul_aligned_kernel on this problem (contiguous operands: the row strides are K,
     N and N), or 0 where the recorded kernel is the one to launch: Triton already specialises
     multiples of 16, and with odd sizes there is nothing to tell the compiler."""
-    align = row_alignment(shape["N"], shape["K"])
+    return _alignment_hint(shape["N"], shape["K"])
+
+
+def _alignment_hint(N: int, K: int) -> int:
+    align = row_alignment(N, K)
     return align if 1 < align < 16 else 0
 
 
@@ -246,7 +250,7 @@ def _launch(fn, inputs, config):
     grid = (cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]), split)
     if split > 1:
         c.zero_()  # The partial sums are added into C: part of the launch, and of its time.
-    if _variant(config, {"M": M, "N": N, "K": K}) is not matmul_kernel:
+    if split > 1 or _alignment_hint(N, K):  # _variant's choice, without building a shape per launch.
         # The sizes and row strides in units of ALIGN elements; a stride that is not such a
         # multiple (an operand that is a view) takes the alignment down with it.
         align = row_alignment(N, K, a.stride(0), b.stride(0), c.stride(0))
