@@ -69,3 +69,20 @@ class SlowJob(FaultyJob):
     def launch(self, state, config):
         time.sleep(self.sleep_s)
         super().launch(state, {"X": config["X"].split("-")[0]})
+
+
+@dataclass
+class DiesInSetup(FaultyJob):
+    """FaultyJob whose set-up SIGKILLs its own process: once when `marker` names a file to
+    create (the first process dies, the next finds the file), every time when it is empty."""
+
+    marker: str = ""
+
+    def setup(self, device):
+        import signal
+
+        if not self.marker or not os.path.exists(self.marker):
+            if self.marker:
+                open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().setup(device)

@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from dr_kernel.measure import MeasurePool, MeasureSettings
+from dr_kernel.measure import MeasurePool, MeasureSettings, WorkerError
 from dr_kernel.session import run_session, stored_measurements
 from dr_kernel.space import make_space
 from dr_kernel.store import open_store
-from fault_jobs import FaultyJob, SlowJob
+from fault_jobs import DiesInSetup, FaultyJob, SlowJob
 
 TESTS = Path(__file__).resolve().parent
 FAULTS = ["0", "1", "2", "3", "hang", "segv", "abort", "nan", "noisy", "jitter"]
@@ -82,7 +82,7 @@ def test_an_illegal_address_measured_in_the_tuning_process_stops_the_tuning_with
 # going on from what the store holds. It prints how many configs it measured itself.
 TUNING_SCRIPT = textwrap.dedent("""
     import sys
-    from dr_kernel.measure import MeasurePool, MeasureSettings
+    from dr_kernel.measure import MeasurePool, MeasureSettings, WorkerError
     from dr_kernel.session import run_session, stored_measurements
     from dr_kernel.space import make_space
     from dr_kernel.store import open_store
@@ -160,7 +160,12 @@ def test_sigkill_of_the_measuring_worker_mid_session_costs_one_config(tmp_path):
     killed = []
     with MeasurePool(SlowJob(sleep_s=0.05), ["cpu"], MeasureSettings(reps=3, confirm=0)) as pool:
         def assassin():
-            time.sleep(random.Random(4).uniform(4.0, 6.0))  # After the worker's start-up, mid-search.
+            # Mid-search: once the worker has set up and two configs are stored (a start-up on a
+            # loaded machine takes anywhere from 2 to 10 s, so no fixed delay says when that is).
+            watcher, deadline = open_store(tmp_path / "r.db"), time.monotonic() + 120
+            while len(watcher.rows(PROBLEM)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(random.Random(4).uniform(0.0, 0.1))
             worker = pool._workers[0].process
             if worker is not None and worker.poll() is None:
                 killed.append(worker.pid)
@@ -174,6 +179,21 @@ def test_sigkill_of_the_measuring_worker_mid_session_costs_one_config(tmp_path):
     statuses = [m["status"] for _, m, _ in result.history]
     assert len(statuses) == 10 and statuses.count("crashed") <= 1 and statuses.count("ok") >= 9
     assert sorted(c["X"] for c, _ in store.rows(PROBLEM)) == sorted(c["X"] for c, _, _ in result.history)
+
+
+def test_a_measuring_worker_killed_while_setting_up_is_started_once_more(tmp_path):
+    # The OOM killer or a stray signal during the worker's set-up is not the job's fault: one
+    # more process is started. A job whose set-up kills its process every time is reported.
+    space = make_space({"X": ["0", "1"]})
+    once = DiesInSetup(marker=str(tmp_path / "died-once"))
+    with MeasurePool(once, ["cpu"], MeasureSettings(reps=3, confirm=0)) as pool:
+        result = run_session(PROBLEM, space, pool.measure, strategy="exhaustive", max_evals=2)
+        assert pool.restarts == 1
+    assert [m["status"] for _, m, _ in result.history] == ["ok", "ok"]
+    with MeasurePool(DiesInSetup(marker=""), ["cpu"], MeasureSettings(reps=3, confirm=0)) as pool:
+        with pytest.raises(WorkerError, match="could not set up the kernel:\nexit code -9"):
+            run_session(PROBLEM, space, pool.measure, strategy="exhaustive", max_evals=2)
+        assert pool.restarts == 1
 
 
 WRITER_SCRIPT = textwrap.dedent("""

@@ -521,6 +521,10 @@ class WorkerError(RuntimeError):
     """A measuring worker could not set up its job (a bad kernel or arguments): tuning cannot go on."""
 
 
+class _SetupDied(WorkerError):
+    """The measuring process died while setting up, without a Python error to blame."""
+
+
 @dataclass
 class _Worker:
     device: str
@@ -560,8 +564,17 @@ class MeasurePool:
                 return
             except WorkerError:
                 pass  # It could not take this job (a module on a path it lacks): a fresh one may.
-        self._spawn(worker)
-        self._send_job(worker)
+        # A process that dies while setting up (killed from outside: the OOM killer, a signal)
+        # gets one more, as a process that dies measuring does; a second death is the job's.
+        for attempt in range(2):
+            self._spawn(worker)
+            try:
+                self._send_job(worker)
+                return
+            except _SetupDied:
+                if attempt:
+                    raise
+                worker.restarts += 1
 
     def _spawn(self, worker: _Worker) -> None:
         worker.env = _worker_env(worker.device)
@@ -581,7 +594,8 @@ class MeasurePool:
         kind, payload = self._receive(worker, self.settings.timeout_s + 120)
         if kind != "ready":
             self._kill(worker)
-            raise WorkerError(f"the measuring worker on {worker.device} could not set up the kernel:\n{payload}")
+            error = _SetupDied if kind == "died" else WorkerError
+            raise error(f"the measuring worker on {worker.device} could not set up the kernel:\n{payload}")
 
     def start(self) -> None:
         """Starts every measuring process not running yet, in the background, and returns at once:
