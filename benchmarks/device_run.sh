@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ops, opsprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ops, opsprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
@@ -129,6 +129,13 @@ for step in "$@"; do
       sweep softmax_4096x4096_bf16 softmax rows=4096,cols=4096 bf16 60
       sweep rmsnorm_4096x4096_fp16 rmsnorm rows=4096,cols=4096 fp16 60
       sweep rmsnorm_16384x8192_bf16 rmsnorm rows=16384,cols=8192 bf16 60 ;;
+    sweeps-tma)  # Issue 11: the TMA attention kernel against the recorded one, same tiles, and SDPA.
+      at='{"BLOCK_M":[64,128],"BLOCK_N":[32,64,128],"num_warps":[4,8],"num_stages":[2,3,4],"TMA":[0,1]}'
+      sweep attention_2x16x8192x128_bf16_tma attention Z=2,H=16,N_CTX=8192,HEAD_DIM=128,CAUSAL=false bf16 90 "$at"
+      sweep attention_1x8x16384x128_causal_bf16_tma attention Z=1,H=8,N_CTX=16384,HEAD_DIM=128,CAUSAL=true bf16 90 "$at"
+      sweep attention_4x32x4096x64_causal_bf16_tma attention Z=4,H=32,N_CTX=4096,HEAD_DIM=64,CAUSAL=true bf16 90 "$at"
+      sweep attention_8x16x1024x64_fp16_tma attention Z=8,H=16,N_CTX=1024,HEAD_DIM=64,CAUSAL=false fp16 90 "$at"
+      sweep attention_4x8x4097x64_fp16_tma attention Z=4,H=8,N_CTX=4097,HEAD_DIM=64,CAUSAL=false fp16 90 "$at" ;;
     sweeps-b)
       sweep attention_2x16x2048x128_causal_fp16 attention Z=2,H=16,N_CTX=2048,HEAD_DIM=128,CAUSAL=true fp16 70
       sweep attention_1x32x16384x64_fp16 attention Z=1,H=32,N_CTX=16384,HEAD_DIM=64,CAUSAL=false fp16 70

@@ -74,6 +74,13 @@ def test_evaluate_without_a_gpu_gives_the_static_analysis_and_says_so(capsys):
     *[(["tune", "--kernel", "softmax", "--interpret", "--space",
         json.dumps({"BLOCK": [128, bad], "num_warps": [4], "num_stages": [1]})],
        f"--space: BLOCK = {json.dumps(bad)} is not a whole number of at least 1") for bad in ("x", -16, 0, 2.5)],
+    # A switch (attention's TMA) may be 0, not less; a block size may not be 0.
+    (["tune", "--kernel", "attention", "--interpret", "--space",
+      '{"BLOCK_M": [16], "BLOCK_N": [16], "num_warps": [4], "num_stages": [1], "TMA": [0, -1]}'],
+     "--space: TMA = -1 is not a whole number of at least 0"),
+    (["tune", "--kernel", "attention", "--interpret", "--space",
+      '{"BLOCK_M": [0], "BLOCK_N": [16], "num_warps": [4], "num_stages": [1], "TMA": [0, 1]}'],
+     "--space: BLOCK_M = 0 is not a whole number of at least 1"),
     # Sizes: positive, each key once, and (to measure) tensors that fit in memory.
     (["evaluate", "--kernel", "softmax", "--shape", "rows=-5,cols=128", "--config", SOFTMAX],
      "--shape rows=-5: sizes are whole numbers of at least 1"),

@@ -46,7 +46,7 @@ def test_spaces_keep_the_recorded_parameter_names_and_values():
     assert list(BUILTINS["matmul"].space) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
                                               "num_warps", "num_stages", "SPLIT_K"]
     assert list(BUILTINS["softmax"].space) == ["BLOCK", "num_warps", "num_stages"]
-    assert list(BUILTINS["attention"].space) == ["BLOCK_M", "BLOCK_N", "num_warps", "num_stages"]
+    assert list(BUILTINS["attention"].space) == ["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA"]
     assert BUILTINS["softmax"].space["BLOCK"] == [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
     assert len(list(BUILTINS["matmul"].configs())) == 5 * 4 * 3 * 2 * 3 * 4
     assert len(list(BUILTINS["attention"].configs())) == 192
@@ -298,7 +298,15 @@ INTERPRETER_CASES = {
     "attention": [({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16, "CAUSAL": False},
                    {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}),
                   ({"Z": 2, "H": 1, "N_CTX": 48, "HEAD_DIM": 32, "CAUSAL": True},
-                   {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2})],
+                   {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}),
+                  # The TMA kernel: rows past the sequence's end (40 of 48 and 64), its unmasked
+                  # and masked key loops, and key blocks wider than the row tiles on the diagonal.
+                  ({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16, "CAUSAL": False},
+                   {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "TMA": 1}),
+                  ({"Z": 2, "H": 2, "N_CTX": 72, "HEAD_DIM": 32, "CAUSAL": True},
+                   {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "TMA": 1}),
+                  ({"Z": 1, "H": 3, "N_CTX": 40, "HEAD_DIM": 16, "CAUSAL": True},
+                   {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "TMA": 1})],
     "rmsnorm": [({"rows": 5, "cols": 300}, {"BLOCK": 128, "num_warps": 4, "num_stages": 1}),
                 ({"rows": 2, "cols": 64}, {"BLOCK": 256, "num_warps": 2, "num_stages": 2})],
 }

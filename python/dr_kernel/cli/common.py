@@ -157,16 +157,18 @@ def _parse_config(kernel, text: str) -> dict:
         config = kernel.check_config(config)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    _check_values("--config", {k: [v] for k, v in config.items()}, f"--config '{example}'")
+    _check_values(kernel, "--config", {k: [v] for k, v in config.items()}, f"--config '{example}'")
     return config
 
 
-def _check_values(flag: str, values: dict[str, list], example: str) -> None:
-    """Block sizes, warps and stages are whole numbers of at least 1: one UsageError naming the first other."""
+def _check_values(kernel, flag: str, values: dict[str, list], example: str) -> None:
+    """Block sizes, warps and stages are whole numbers of at least 1, a kernel's switches (attention's
+    TMA) 0 or more: one UsageError naming the first other."""
     for name, listed in values.items():
-        bad = [v for v in listed if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+        least = 0 if 0 in kernel.space.get(name, ()) else 1
+        bad = [v for v in listed if isinstance(v, bool) or not isinstance(v, int) or v < least]
         if bad:
-            raise UsageError(f"{flag}: {name} = {json.dumps(bad[0])} is not a whole number of at least 1; "
+            raise UsageError(f"{flag}: {name} = {json.dumps(bad[0])} is not a whole number of at least {least}; "
                              f"write e.g. {example}")
 
 
@@ -180,7 +182,7 @@ def _parse_space(kernel, text: str | None):
     space = _parse_json(text, "--space", example)
     if not isinstance(space, dict) or not all(isinstance(v, list) and v for v in space.values()):
         raise UsageError("--space must be a JSON object mapping each parameter to a list of values")
-    _check_values("--space", space, f"--space '{example}'")
+    _check_values(kernel, "--space", space, f"--space '{example}'")
     try:
         kernel.check_config({k: v[0] for k, v in space.items()})
         return make_space(space, constraints=kernel.constraints)
