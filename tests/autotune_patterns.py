@@ -18,7 +18,9 @@ import dr_kernel  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-with dr_kernel.installed(widen=False):
+# PATTERNS_ISOLATE=1: dr_kernel measures in a measuring process wherever a kernel can go there
+# (isolate=None; the kernels with hooks of the caller's stay in this process).
+with dr_kernel.installed(widen=False, isolate=None if os.environ.get("PATTERNS_ISOLATE") else False):
     import autotune_kernels as ours  # noqa: E402
 spec = importlib.util.spec_from_file_location("autotune_kernels_stock", ours.__file__)
 stock = importlib.util.module_from_spec(spec)
@@ -166,4 +168,15 @@ with warnings.catch_warnings(record=True) as caught:
     s, o = both("bad", bad)
 out["bad"] = {"stock": s, "ours": o, "warnings": [str(w.message) for w in caught if "dr_kernel" in str(w.message)],
               "kept": dr_kernel.kept()}
+
+
+def measured_in_another_process(kernel):
+    while not hasattr(kernel, "last_session"):
+        kernel = kernel.fn
+    return kernel._isolated()
+
+
+out["isolated"] = sorted(name for name in ("heuristics_above", "heuristics_below", "tril_blocks", "atomic_sum",
+                                           "inplace_add", "hooked", "pruned")
+                         if measured_in_another_process(getattr(ours, name)))
 print(json.dumps(out))

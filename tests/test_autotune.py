@@ -20,10 +20,22 @@ def _run(args, tmp_path, **env):
     return out
 
 
-@pytest.fixture(scope="module")
-def patterns(tmp_path_factory):
-    out = _run([str(HERE / "autotune_patterns.py")], tmp_path_factory.mktemp("patterns"))
-    return json.loads(out.stdout.strip().splitlines()[-1])
+# Every pattern twice: measured in the program's process, as triton.autotune measures (the
+# drop-in's default), and in a measuring process wherever the kernel can go (isolate=None, what
+# the notebook magic asks for): the caller must see the same results either way.
+@pytest.fixture(scope="module", params=["here", "isolated"])
+def patterns(request, tmp_path_factory):
+    env = {"PATTERNS_ISOLATE": "1"} if request.param == "isolated" else {}
+    out = _run([str(HERE / "autotune_patterns.py")], tmp_path_factory.mktemp("patterns"), **env)
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "mode": request.param}
+
+
+def test_with_isolate_none_every_kernel_without_the_callers_hooks_is_measured_in_another_process(patterns):
+    # Kernels with heuristics above or below, reset_to_zero, restore_value and prune_configs_by
+    # travel (by module name, the tuner found below whatever wraps it); pre-hooks are the
+    # caller's functions and run where the caller runs.
+    expected = ["atomic_sum", "heuristics_above", "heuristics_below", "inplace_add", "pruned", "tril_blocks"]
+    assert patterns["isolated"] == (expected if patterns["mode"] == "isolated" else [])
 
 
 def test_every_decorated_kernel_is_taken_over_and_stays_an_autotuner(patterns):

@@ -8,11 +8,14 @@
     def kernel(...): ...
     kernel[grid](...)                              # its tuning shows live, then a table
 
-In a cell run under `%%dr_kernel`, `triton.autotune` is dr_kernel's drop-in (install()) and every
-tuning the cell starts shows a live view (the best time against evaluations, the config being
-measured); after the cell, each kernel the cell tuned shows its last session as a table. Outside
-the magic, `@optimize(verbose=True)` shows the same live view in a notebook. A session's
-`.plot()` draws its curve with matplotlib; a session displays as a table (`_repr_html_`).
+In a cell run under `%%dr_kernel`, `triton.autotune` is dr_kernel's drop-in (install()), measuring
+in a measuring process wherever the kernel can be sent there (its source: a notebook's kernels are
+no module's) and it has no hooks (`--in-process` measures in the notebook's process, as
+triton.autotune does); every tuning the cell starts shows a live view (the best time against
+evaluations, the config being measured); after the cell, each kernel the cell tuned shows its last
+session as a table. Outside the magic, `@optimize(verbose=True)` shows the same live view in a
+notebook. A session's `.plot()` draws its curve with matplotlib; a session displays as a table
+(`_repr_html_`).
 """
 
 from __future__ import annotations
@@ -88,6 +91,10 @@ def _magic_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, help="evaluations per key (default: dr_kernel's choice for the list)")
     p.add_argument("--widen", action="store_true", help="search beyond each list (install(widen=True))")
     p.add_argument("--strategy", default="ppo")
+    p.add_argument("--in-process", action="store_true",
+                   help="measure in the notebook's kernel process, as triton.autotune does (default: in a "
+                        "measuring process wherever the kernel can be sent there, so that a config that "
+                        "crashes the GPU context does not take the notebook's kernel with it)")
     return p
 
 
@@ -105,7 +112,8 @@ def dr_kernel_magic(line: str, cell: str) -> None:
     try:
         args = _magic_parser().parse_args(shlex.split(line))
     except SystemExit:
-        display(HTML(f"<pre>%%dr_kernel: {html.escape(line)}: give --budget N, --widen, --strategy NAME</pre>"))
+        display(HTML(f"<pre>%%dr_kernel: {html.escape(line)}: give --budget N, --widen, --strategy NAME, "
+                     "--in-process</pre>"))
         return
     shell = get_ipython()
     before = {id(v) for v in shell.user_ns.values()}
@@ -113,7 +121,8 @@ def dr_kernel_magic(line: str, cell: str) -> None:
     old_verbose = os.environ.get("DR_KERNEL_VERBOSE")
     os.environ["DR_KERNEL_VERBOSE"] = "1"
     if not was_installed:
-        switch.install(widen=args.widen, max_evals=args.budget, strategy=args.strategy)
+        switch.install(widen=args.widen, max_evals=args.budget, strategy=args.strategy,
+                       isolate=False if args.in_process else None)
     try:
         shell.run_cell(cell)
     finally:

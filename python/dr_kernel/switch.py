@@ -29,12 +29,13 @@ ENV_VARIABLE = "DR_KERNEL_AUTOTUNE"
 
 
 def install(*, widen: bool = False, max_evals: int | None = None, strategy: str = "ppo", db: str | None = None,
-            seed: int = 0) -> None:
+            seed: int = 0, isolate: bool | None = False) -> None:
     """Replaces triton.autotune (triton.autotune, triton.runtime.autotune and
     triton.runtime.autotuner.autotune) with dr_kernel's, for kernels decorated from now on.
     `widen` also searches past each list where every config can be checked (see dr_kernel.autotune):
     off by default, since on the H200 it made first calls 2.4x stock's for 1.8 % of GPU time
-    (docs/benchmarks.md)."""
+    (docs/benchmarks.md). `isolate` as for dr_kernel.autotune: False measures in the program's
+    process, as triton.autotune does; None in a measuring process where the kernel can go."""
     import triton
     import triton.runtime
     import triton.runtime.autotuner as autotuner
@@ -42,7 +43,8 @@ def install(*, widen: bool = False, max_evals: int | None = None, strategy: str 
     with _LOCK:
         if _STATE["original"] is None:
             _STATE["original"] = autotuner.autotune
-        _STATE["options"] = {"widen": widen, "max_evals": max_evals, "strategy": strategy, "db": db, "seed": seed}
+        _STATE["options"] = {"widen": widen, "max_evals": max_evals, "strategy": strategy, "db": db, "seed": seed,
+                             "isolate": isolate}
         triton.autotune = triton.runtime.autotune = autotuner.autotune = _autotune
 
 

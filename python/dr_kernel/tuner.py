@@ -128,10 +128,20 @@ class KernelJob(Job):
             return load(self.shipped)
         import importlib
 
+        from triton.runtime.autotuner import Autotuner as TritonAutotuner
+
         fn = importlib.import_module(self.module)
         for part in self.name.split("."):
             fn = getattr(fn, part)
-        return getattr(fn, "fn", fn) if isinstance(fn, TunedKernel) else fn
+        # Below the tuner: @triton.heuristics may sit above it, and in this process a module
+        # decorated with triton.autotune has Triton's autotuner where the tuning process had
+        # dr_kernel's drop-in (the switch is not installed here).
+        wrapper = fn
+        for _ in range(8):
+            if isinstance(wrapper, (TunedKernel, TritonAutotuner)):
+                return wrapper.fn
+            wrapper = getattr(wrapper, "fn", None)
+        return fn
 
     def setup(self, device: str) -> Any:
         fn = self.fn
@@ -927,7 +937,10 @@ class TunedKernel(TritonAutotuner):
         sessions = []
         try:
             session = None
-            attempts = [(True, reference_configs)]  # (checked, the configs whose first that runs is the reference)
+            # (checked, the configs whose first that runs is the reference); a measuring process
+            # launches them on the grid this process computes, as it does every measured config.
+            attempts = [(True, [{**c, "__grid__": grid_of(c)} for c in reference_configs] if isolate
+                         else reference_configs)]
             for checked, references in attempts:
                 job = self._job(nargs, kwargs, isolate, references)
                 job.check_results = checked
