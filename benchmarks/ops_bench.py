@@ -87,14 +87,19 @@ PROBLEMS: dict[str, list[tuple[dict, str]]] = {
         ({"rows": 8192, "cols": 6144}, "bf16"), ({"rows": 4000, "cols": 3000}, "fp16"),
     ],
 }
+# The residual add fused with RMSNorm (ops.add_rms_norm: the fused kernel against the add and the
+# norm apart, where "torch" is the chain apart) on rms_norm's shapes.
+PROBLEMS["add_rms_norm"] = list(PROBLEMS["rms_norm"])
 # One small problem per family, to try the script on the CPU in Triton's interpreter (--interpret);
 # attention in fp16, since the interpreter computes the bf16 kernel wrongly (relative error 1e9).
 TINY = {"matmul": [({"M": 40, "N": 24, "K": 32}, "fp16")], "attention": [({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16,
                                                                          "CAUSAL": True}, "fp16")],
-        "softmax": [({"rows": 4, "cols": 300}, "fp16")], "rms_norm": [({"rows": 4, "cols": 300}, "bf16")]}
+        "softmax": [({"rows": 4, "cols": 300}, "fp16")], "rms_norm": [({"rows": 4, "cols": 300}, "bf16")],
+        "add_rms_norm": [({"rows": 4, "cols": 300}, "fp16")]}
 DEVICE = "cuda"
 TUNING: dict = {}  # dr_kernel.ops settings of the run (--max-evals, --stop).
-KERNEL = {"matmul": "matmul", "attention": "attention", "softmax": "softmax", "rms_norm": "rmsnorm"}
+KERNEL = {"matmul": "matmul", "attention": "attention", "softmax": "softmax", "rms_norm": "rmsnorm",
+          "add_rms_norm": "add_rmsnorm"}
 
 
 def name_of(family: str, shape: dict, dtype: str) -> str:
@@ -128,6 +133,16 @@ def call(family: str, shape: dict, dtype: str):
         cols = (shape["cols"],)
         return ((lambda: ops.rms_norm(x, cols, w, 1e-6)), (lambda: F.rms_norm(x, cols, w, 1e-6)),
                 (lambda c: lambda: ops._rms_norm_triton(c, x, w, 1e-6)))
+    if family == "add_rms_norm":
+        x, r, w = rand(shape["rows"], shape["cols"]), rand(shape["rows"], shape["cols"]), rand(shape["cols"])
+        cols = (shape["cols"],)
+
+        def apart():
+            h = x + r
+            return F.rms_norm(h, cols, w, 1e-6), h
+
+        return ((lambda: ops.add_rms_norm(x, r, cols, w, 1e-6)), apart,
+                (lambda c: lambda: ops._add_rms_norm_fused(c, x, r, w, 1e-6)))
     size = (shape["Z"], shape["H"], shape["N_CTX"], shape["HEAD_DIM"])
     q, k, v = rand(*size), rand(*size), rand(*size)
     causal = shape["CAUSAL"]
@@ -153,6 +168,8 @@ def run_problem(family: str, shape: dict, dtype: str, out: Path) -> dict:
         torch.cuda.synchronize()
     first_s = time.perf_counter() - start
     choice = ops.decisions()[-1]
+    if isinstance(got, tuple):  # add_rms_norm's (y, h).
+        got, expected = torch.stack(got), torch.stack(expected)
     relerr = ((got.float() - expected.float()).norm() / expected.float().norm().clamp_min(1e-12)).item()
 
     def bench(fn) -> float:

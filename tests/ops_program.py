@@ -25,12 +25,17 @@ def diff(out, expected) -> dict:
             "scale": expected.abs().max().item()}
 
 
+def same(outs, expected) -> bool:
+    return len(outs) == len(expected) and all(torch.equal(o, e) for o, e in zip(outs, expected, strict=True))
+
+
 a = torch.randn(2, 19, 40, dtype=torch.float16)  # Batch dimensions fold into 38 rows; K = 40 and N = 29
 b = torch.randn(40, 29, dtype=torch.float16)      # are no multiples of 16: served padded to 48 and 32.
 # Rows of 40 and 24 elements: multiples of 8, served as they are by the kernel told so.
 a16, b16 = torch.randn(24, 40, dtype=torch.float16), torch.randn(40, 24, dtype=torch.float16)
 x = torch.randn(3, 2, 300, dtype=torch.bfloat16)
 w = torch.randn(300, dtype=torch.bfloat16)
+r = torch.randn(3, 2, 300, dtype=torch.bfloat16)
 q, k, v = (torch.randn(1, 2, 50, 16, dtype=torch.float16) for _ in range(3))
 covered = {
     "matmul": diff(ops.matmul(a, b), torch.matmul(a.float(), b.float())),
@@ -39,6 +44,10 @@ covered = {
     "rms_norm": diff(ops.rms_norm(x, (300,), w, 1e-5), F.rms_norm(x.float(), (300,), w.float(), 1e-5)),
     "attention": diff(ops.attention(q, k, v, is_causal=True, scale=0.3),
                       F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, scale=0.3)),
+    # The fused residual add and norm: (y, h) against the chain in fp32.
+    "add_rms_norm": diff(torch.stack(ops.add_rms_norm(x, r, (300,), w, 1e-5)),
+                         torch.stack([F.rms_norm(x.float() + r.float(), (300,), w.float(), 1e-5),
+                                      x.float() + r.float()])),
 }
 tuned = len(ops.decisions())
 
@@ -46,6 +55,7 @@ tuned = len(ops.decisions())
 grad = torch.randn(38, 40, dtype=torch.float16, requires_grad=True)
 kv = torch.randn(1, 2, 30, 16, dtype=torch.float16)
 mask = torch.ones(50, 50, dtype=torch.bool).tril()
+xg = x.clone().requires_grad_(True)
 uncovered = {
     "matmul fp32": torch.equal(ops.matmul(a.float(), b.float()), torch.matmul(a.float(), b.float())),
     "matmul transposed b": torch.equal(ops.matmul(a, b.t().contiguous().t()), torch.matmul(a, b)),
@@ -56,6 +66,8 @@ uncovered = {
     "softmax strided": torch.equal(ops.softmax(x[:, :, ::2]), torch.softmax(x[:, :, ::2], -1)),
     "rms_norm no weight": torch.equal(ops.rms_norm(x, (300,)), F.rms_norm(x, (300,))),
     "rms_norm two dims": torch.equal(ops.rms_norm(x, (2, 300)), F.rms_norm(x, (2, 300))),
+    "add_rms_norm no weight": same(ops.add_rms_norm(x, r, (300,)), (F.rms_norm(x + r, (300,)), x + r)),
+    "add_rms_norm needs grad": same(ops.add_rms_norm(xg, r, (300,), w), (F.rms_norm(xg + r, (300,), w), xg + r)),
     "attention mask": torch.equal(ops.attention(q, k, v, attn_mask=mask),
                                   F.scaled_dot_product_attention(q, k, v, mask)),
     "attention kv length": torch.equal(ops.attention(q, kv, kv), F.scaled_dot_product_attention(q, kv, kv)),
@@ -70,12 +82,16 @@ choices = ops.decisions()
 ops.configure(variants=("triton", "torch"), rounds=2, reps=3)
 s = torch.randn(4, 256, dtype=torch.float16)
 raced_equal = torch.equal(ops.softmax(s), torch.softmax(s, -1))
+# Fused against apart: the apart chain (torch's add, then ops.rms_norm, itself raced on the way)
+# wins on the CPU, with torch's results.
+s2, w2 = torch.randn(4, 256, dtype=torch.float16), torch.randn(256, dtype=torch.float16)
+raced_fused_equal = same(ops.add_rms_norm(s, s2, (256,), w2, 1e-5), (F.rms_norm(s + s2, (256,), w2, 1e-5), s + s2))
 
 print(json.dumps({
     "covered": covered, "uncovered": uncovered, "untouched": untouched,
-    "raced_equal": raced_equal,
-    "choices": [{k: getattr(c, k) for k in ("op", "padded", "variant", "source", "config", "triton_ms", "torch_ms",
-                                             "triton_call_ms", "torch_call_ms", "evaluations")}
+    "raced_equal": raced_equal, "raced_fused_equal": raced_fused_equal,
+    "choices": [{k: getattr(c, k) for k in ("op", "shape", "padded", "variant", "source", "config", "triton_ms",
+                                             "torch_ms", "triton_call_ms", "torch_call_ms", "evaluations")}
                 for c in choices + ops.decisions()],
     "rows": _core.Store(db).count(),
 }))

@@ -33,12 +33,12 @@ def recorded_rows(family: str, kind: str) -> list[dict]:
 
 def test_registry_holds_every_family_and_get_names_them_on_a_miss():
     assert set(BUILTINS) == {"matmul", "softmax", "attention", "rmsnorm", "layernorm", "layernorm_bwd",
-                             "cross_entropy", "swiglu", "cumsum", "grouped_matmul", "fp8_matmul"}
+                             "cross_entropy", "swiglu", "cumsum", "grouped_matmul", "fp8_matmul", "add_rmsnorm"}
     assert kernels.get("softmax") is BUILTINS["softmax"]
     with pytest.raises(UnknownKernelError) as caught:
         kernels.get("conv2d")
     message = str(caught.value)
-    assert "'conv2d'" in message and "attention, cross_entropy, cumsum, fp8_matmul" in message
+    assert "'conv2d'" in message and "add_rmsnorm, attention, cross_entropy, cumsum, fp8_matmul" in message
 
 
 def test_spaces_keep_the_recorded_parameter_names_and_values():
@@ -307,6 +307,9 @@ INTERPRETER_CASES = {
                    {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "TMA": 1}),
                   ({"Z": 1, "H": 3, "N_CTX": 40, "HEAD_DIM": 16, "CAUSAL": True},
                    {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "TMA": 1})],
+    # The row in one block (h kept in registers) and in chunks of 128 (h written, then read back).
+    "add_rmsnorm": [({"rows": 5, "cols": 300}, {"BLOCK": 512, "num_warps": 4, "num_stages": 1}),
+                    ({"rows": 3, "cols": 300}, {"BLOCK": 128, "num_warps": 2, "num_stages": 2})],
     "rmsnorm": [({"rows": 5, "cols": 300}, {"BLOCK": 128, "num_warps": 4, "num_stages": 1}),
                 ({"rows": 2, "cols": 64}, {"BLOCK": 256, "num_warps": 2, "num_stages": 2})],
 }
@@ -315,7 +318,8 @@ INTERPRETER_CASES = {
 # them in, so bf16 products are wrong there (the compiled kernel is right); bf16 is checked under
 # the interpreter only for the kernels without tl.dot.
 INTERPRETER_DTYPES = {"matmul": ["fp16", "fp32"], "attention": ["fp16", "fp32"],
-                      "softmax": ["fp16", "bf16", "fp32"], "rmsnorm": ["fp16", "bf16", "fp32"]}
+                      "softmax": ["fp16", "bf16", "fp32"], "rmsnorm": ["fp16", "bf16", "fp32"],
+                      "add_rmsnorm": ["fp16", "bf16", "fp32"]}
 
 # Relative L2 error allowed: the recorded tables' 2e-2 for half precision; fp32 results are
 # computed in fp32 throughout except tl.dot, which uses TF32 on a GPU but exact fp32 here.

@@ -39,9 +39,9 @@ def test_each_operator_gives_torchs_result_through_its_tuned_kernel(runs):
         # fp16 and bf16 outputs carry the dtype's rounding of an fp32 result (bf16: 8 bits).
         assert r["max_diff"] <= 2 ** -7 * max(1.0, r["scale"]) * 2, (op, r)
     choices = first["choices"]
-    assert [c["op"] for c in choices[:5]] == ["matmul", "matmul", "softmax", "rms_norm", "attention"]
+    assert [c["op"] for c in choices[:6]] == ["matmul", "matmul", "softmax", "rms_norm", "attention", "add_rms_norm"]
     assert all(c["variant"] == "triton" and c["source"] == "tuned" and c["evaluations"] == 2 and c["config"]
-               for c in choices[:5])
+               for c in choices[:6])
     # Rows of 40 and 29 elements are padded to multiples of 16; rows of 40 and 24 are not.
     assert choices[0]["padded"] == {"M": 38, "N": 32, "K": 48} and choices[1]["padded"] is None
 
@@ -54,20 +54,34 @@ def test_calls_the_kernels_do_not_cover_are_torchs_own(runs):
 
 def test_torch_serves_a_problem_where_it_is_faster(runs):
     first, _ = runs
-    raced = first["choices"][5]
+    raced = first["choices"][6]
     # The interpreter runs the kernel one program after another: torch's CPU softmax wins the race.
     assert raced["op"] == "softmax" and raced["variant"] == "torch" and raced["source"] == "tuned"
     assert raced["torch_ms"] < raced["triton_ms"] and raced["torch_call_ms"] < raced["triton_call_ms"]
     assert first["raced_equal"]
 
 
+def test_a_fused_chain_races_the_operators_apart(runs):
+    first, _ = runs
+    # The race's first call through the chain apart decided ops.rms_norm's problem on the way.
+    assert [c["op"] for c in first["choices"][7:]] == ["rms_norm", "add_rms_norm"]
+    nested, fused = first["choices"][7:]
+    assert fused["variant"] == "torch" and fused["source"] == "tuned" and fused["config"] is None
+    assert fused["torch_ms"] < fused["triton_ms"] and nested["variant"] == "torch"
+    assert first["raced_fused_equal"]
+
+
 def test_the_next_process_takes_every_choice_from_the_store(runs):
     first, again = runs
-    assert [c["source"] for c in again["choices"]] == ["store"] * 6
-    strip = [{k: c[k] for k in ("op", "padded", "variant", "config")} for c in first["choices"]]
-    assert [{k: c[k] for k in ("op", "padded", "variant", "config")} for c in again["choices"]] == strip
+    assert [c["source"] for c in again["choices"]] == ["store"] * 9
+    # The same choices (the nested rms_norm one now follows the chain's, read from the store first).
+    def strip(choices):
+        return sorted(json.dumps({k: c[k] for k in ("op", "shape", "padded", "variant", "config")}, sort_keys=True)
+                      for c in choices)
+
+    assert strip(again["choices"]) == strip(first["choices"])
     for times in ("torch_ms", "triton_ms", "torch_call_ms", "triton_call_ms"):
-        assert again["choices"][5][times] == first["choices"][5][times]
+        assert again["choices"][6][times] == first["choices"][6][times]
     assert again["rows"] == first["rows"] > 0  # Nothing measured again.
 
 
@@ -75,7 +89,7 @@ def test_the_choices_are_no_candidates_for_retune(runs, ops_db):
     # They are stored among the winners, but made by a race, not by a program's launches.
     from dr_kernel import _core, hot
 
-    assert sum(w["key"].startswith("ops.") for w in _core.Store(str(ops_db)).hottest_winners(100)) == 6
+    assert sum(w["key"].startswith("ops.") for w in _core.Store(str(ops_db)).hottest_winners(100)) == 9
     assert hot.hottest(5, str(ops_db)) == []
 
 

@@ -7,6 +7,7 @@ built-in Triton kernel at its tuned config, or torch's own operator.
     y = ops.softmax(x, dim=-1)                    # torch.softmax
     y = ops.rms_norm(x, (x.shape[-1],), w, eps)   # torch.nn.functional.rms_norm
     o = ops.attention(q, k, v, is_causal=True)    # torch.nn.functional.scaled_dot_product_attention
+    y, h = ops.add_rms_norm(x, r, (x.shape[-1],), w, eps)  # h = x + r; rms_norm(h, ...), fused or not
 
 The first call on a new problem (operator, sizes, dtype, GPU) tunes the built-in kernel for it (the
 agent, `stop="auto"`, in a measuring process, as `dr-kernel tune` does), then races the call
@@ -14,15 +15,16 @@ through the winner against the call through torch's operator, in this process, o
 tensors, in alternating rounds timed two ways: alone on the GPU (L2 flushed, the host's launch
 hidden) and call after call (where a small problem's time is the host's). The Triton kernel serves
 the problem only when it is faster by `margin` on both counts: torch is one more variant of the
-search. Matmul operands whose rows are not a multiple of 8 elements are served padded with zeros
-to multiples of 16 (the problem tuned is the padded one; the copies are part of the race). The
+search. For a chain (add_rms_norm) the variants are the fused kernel and the operators apart.
+Matmul operands whose rows are not a multiple of 8 elements are served padded with zeros to
+multiples of 16 (the problem tuned is the padded one; the copies are part of the race). The
 choice goes to the results store (DR_KERNEL_DB or the user's cache): the next process takes it
 without measuring anything. `decisions()` lists this process's choices. docs/ops.md has more.
 
 Calls the built-in kernels do not cover go to torch unchanged, with torch's own errors: other
-dtypes (matmul and attention take fp16 and bf16; softmax and rms_norm also fp32), inputs that need
-gradients, layouts other than row-major (a transposed weight, a strided view), masks, dropout,
-key and value lengths other than the query's, softmax along another dimension. A tuning that fails
+dtypes (matmul and attention take fp16 and bf16; softmax, rms_norm and add_rms_norm also fp32),
+inputs that need gradients, layouts other than row-major (a transposed weight, a strided view),
+masks, dropout, key and value lengths other than the query's, softmax along another dimension. A tuning that fails
 (no config ran correctly, the GPU went away) is reported once as a warning and the problem goes to
 torch for the rest of the process; nothing is raised into the caller's program.
 
@@ -242,6 +244,43 @@ def _rms_norm_triton(choice: Choice, x, weight, eps: float):
     y = torch.empty_like(x2)
     choice.launch({"x": x2, "w": weight, "y": y, "eps": eps})
     return y.view(x.shape)
+
+
+def add_rms_norm(x, residual, normalized_shape: Sequence[int], weight=None, eps: float | None = None):
+    """h = x + residual, then torch.nn.functional.rms_norm(h, normalized_shape, weight, eps): returns
+    (y, h), the chain a transformer block runs before its attention and its MLP. Served by the
+    fused kernel (add_rmsnorm: x and residual read once, h and y written in one pass, one launch)
+    or by the two operators apart (torch's add, then this module's rms_norm, with whichever serves
+    that problem), as the race finds faster: fusion is one more choice, not a rule. The fused
+    kernel serves row-major fp16/bf16/fp32 `x` and `residual` of one shape and dtype, normalised
+    over their last dimension with a weight of that dtype."""
+    if (type(x) is _Tensor and type(residual) is _Tensor and type(weight) is _Tensor and _rows_ok(x)
+            and residual.shape == x.shape and residual.dtype == x.dtype and residual.is_contiguous()
+            and residual.device == x.device and not _needs_grad(residual, weight) and weight.dtype == x.dtype
+            and weight.dim() == 1 and weight.shape[0] == x.shape[-1] and weight.is_contiguous()
+            and weight.device == x.device
+            and tuple(normalized_shape if isinstance(normalized_shape, Sequence) else (normalized_shape,))
+            == (x.shape[-1],)):
+        eps_value = float(torch.finfo(x.dtype).eps if eps is None else eps)
+        choice = _row_choice("add_rms_norm", "add_rmsnorm", x,
+                             lambda c: _add_rms_norm_fused(c, x, residual, weight, eps_value),
+                             lambda: _add_rms_norm_apart(x, residual, normalized_shape, weight, eps))
+        if choice is not None and choice.variant == "triton":
+            return _add_rms_norm_fused(choice, x, residual, weight, eps_value)
+    return _add_rms_norm_apart(x, residual, normalized_shape, weight, eps)
+
+
+def _add_rms_norm_apart(x, residual, normalized_shape, weight, eps):
+    h = x + residual
+    return rms_norm(h, normalized_shape, weight, eps), h
+
+
+def _add_rms_norm_fused(choice: Choice, x, residual, weight, eps: float):
+    cols = x.shape[-1]
+    x2, r2 = x.view(-1, cols), residual.view(-1, cols)
+    out = torch.empty((2, x2.shape[0], cols), device=x.device, dtype=x.dtype)
+    choice.launch({"x": x2, "r": r2, "w": weight, "out": out, "eps": eps})
+    return out[0].view(x.shape), out[1].view(x.shape)
 
 
 def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,

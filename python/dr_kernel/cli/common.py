@@ -254,7 +254,8 @@ def _core_device_name() -> str:
 
 
 def _kernel_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--kernel", required=True, help="a built-in kernel: matmul, softmax, attention, rmsnorm")
+    p.add_argument("--kernel", required=True,
+                   help="a built-in kernel, e.g. matmul, softmax, attention, rmsnorm (an unknown name lists them all)")
     p.add_argument("--shape", help="the problem as KEY=VALUE pairs, e.g. M=4096,N=4096,K=4096 "
                    "(default: the kernel's first recorded problem)")
     p.add_argument("--precision", default="fp16", choices=["fp16", "bf16", "fp32"],

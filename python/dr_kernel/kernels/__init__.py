@@ -3,7 +3,8 @@
 Each family is one module holding its @triton.jit function and one BuiltinKernel describing it;
 this package collects them in BUILTINS. matmul, softmax and attention are the kernels of the
 recorded tables in data/h200/ (same parameter names, same code for fp16); rmsnorm, layernorm,
-layernorm_bwd, cross_entropy, swiglu, cumsum, grouped_matmul and fp8_matmul were added after them.
+layernorm_bwd, cross_entropy, swiglu, cumsum, grouped_matmul and fp8_matmul were added after them,
+and add_rmsnorm (a residual add fused with RMSNorm, for dr_kernel.ops.add_rms_norm) after those.
 
 Whether the functions run compiled or in Triton's interpreter is decided when this package is
 first imported, because triton.jit reads TRITON_INTERPRET at decoration time: set the variable
@@ -12,6 +13,7 @@ before importing dr_kernel.kernels to run them on CPU tensors.
 
 from __future__ import annotations
 
+from .add_rmsnorm import KERNEL as _add_rmsnorm
 from .attention import KERNEL as _attention
 from .base import (
     COMPILE_OPTIONS,
@@ -37,7 +39,7 @@ from .swiglu import KERNEL as _swiglu
 
 BUILTINS: dict[str, BuiltinKernel] = {k.name: k for k in (
     _matmul, _softmax, _attention, _rmsnorm, _layernorm, _layernorm_bwd, _cross_entropy, _swiglu, _cumsum,
-    _grouped_matmul, _fp8_matmul)}
+    _grouped_matmul, _fp8_matmul, _add_rmsnorm)}
 
 
 class UnknownKernelError(KeyError):
