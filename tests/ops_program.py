@@ -86,12 +86,29 @@ raced_equal = torch.equal(ops.softmax(s), torch.softmax(s, -1))
 # wins on the CPU, with torch's results.
 s2, w2 = torch.randn(4, 256, dtype=torch.float16), torch.randn(256, dtype=torch.float16)
 raced_fused_equal = same(ops.add_rms_norm(s, s2, (256,), w2, 1e-5), (F.rms_norm(s + s2, (256,), w2, 1e-5), s + s2))
+raced = ops.decisions()
+
+# Precision as a choice: with a tolerance, matmul's fp8 variant (e4m3 operands, a scale per row of A
+# and per column of B) is checked against the fp32 result on the call's inputs and serves where it
+# is within it; a tolerance it misses leaves it out (the fp16 kernel serves).
+a64, b64 = torch.randn(40, 64, dtype=torch.float16), torch.randn(64, 48, dtype=torch.float16)
+ops.configure(variants=("fp8",), tolerance=0.1, max_evals=2)
+out = ops.matmul(a64, b64).float()
+exact = a64.float() @ b64.float()
+loose = ops.decisions()[-1]
+ops.configure(variants=("triton", "fp8"), tolerance=1e-4, max_evals=2)
+tight_equal = torch.equal(ops.matmul(a64, b64), ops._matmul_triton(ops.decisions()[-1], a64, b64))
+tight = ops.decisions()[-1]
+fp8 = {"error": ((out - exact).norm() / exact.norm()).item(), "variant": loose.variant, "kernel": loose.kernel,
+       "source": loose.source, "fp8_error": loose.fp8_error, "tight_variant": tight.variant,
+       "tight_fp8_error": tight.fp8_error, "tight_equal": tight_equal}
 
 print(json.dumps({
     "covered": covered, "uncovered": uncovered, "untouched": untouched,
     "raced_equal": raced_equal, "raced_fused_equal": raced_fused_equal,
     "choices": [{k: getattr(c, k) for k in ("op", "shape", "padded", "variant", "source", "config", "triton_ms",
                                              "torch_ms", "triton_call_ms", "torch_call_ms", "evaluations")}
-                for c in choices + ops.decisions()],
+                for c in choices + raced],
+    "fp8": fp8,
     "rows": _core.Store(db).count(),
 }))

@@ -71,6 +71,17 @@ def test_a_fused_chain_races_the_operators_apart(runs):
     assert first["raced_fused_equal"]
 
 
+def test_a_tolerance_lets_fp8_serve_a_matmul_within_it_and_never_outside(runs):
+    first, again = runs
+    fp8 = first["fp8"]
+    assert fp8["variant"] == "fp8" and fp8["kernel"] == "fp8_matmul" and fp8["source"] == "tuned"
+    # e4m3 keeps 3 bits of mantissa: a few per cent of error, within 0.1, and measured as it is.
+    assert 0.005 < fp8["error"] <= 0.1 and fp8["fp8_error"] == pytest.approx(fp8["error"], rel=1e-3)
+    assert fp8["tight_variant"] == "triton" and fp8["tight_fp8_error"] > 1e-4 and fp8["tight_equal"]
+    assert again["fp8"]["source"] == "store" and again["fp8"]["variant"] == "fp8"
+    assert again["fp8"]["error"] == fp8["error"]  # The stored config, the same result.
+
+
 def test_the_next_process_takes_every_choice_from_the_store(runs):
     first, again = runs
     assert [c["source"] for c in again["choices"]] == ["store"] * 9
@@ -89,7 +100,7 @@ def test_the_choices_are_no_candidates_for_retune(runs, ops_db):
     # They are stored among the winners, but made by a race, not by a program's launches.
     from dr_kernel import _core, hot
 
-    assert sum(w["key"].startswith("ops.") for w in _core.Store(str(ops_db)).hottest_winners(100)) == 9
+    assert sum(w["key"].startswith("ops.") for w in _core.Store(str(ops_db)).hottest_winners(100)) == 11
     assert hot.hottest(5, str(ops_db)) == []
 
 
@@ -115,6 +126,7 @@ def test_a_tuning_that_fails_warns_once_and_torch_serves_the_problem(monkeypatch
 
 @pytest.mark.parametrize("changes, named", [({"variants": ("cuda",)}, "variants"), ({"max_evals": 0}, "max_evals"),
                                             ({"stop": "soon"}, "stop"), ({"margin": 1.5}, "margin"),
+                                            ({"tolerance": 0.0}, "tolerance"), ({"tolerance": 2}, "tolerance"),
                                             ({"reps": 0}, "reps"), ({"budget": 5}, "no setting budget")])
 def test_a_bad_setting_is_refused_naming_it(changes, named):
     from dr_kernel import ops

@@ -16,6 +16,9 @@ tensors, in alternating rounds timed two ways: alone on the GPU (L2 flushed, the
 hidden) and call after call (where a small problem's time is the host's). The Triton kernel serves
 the problem only when it is faster by `margin` on both counts: torch is one more variant of the
 search. For a chain (add_rms_norm) the variants are the fused kernel and the operators apart.
+With `configure(tolerance=t)` matmul also offers fp8: its operands quantised to e4m3 (a scale per
+row of A and per column of B) and multiplied by the fp8_matmul kernel, raced only when its result
+on the first call's inputs is within relative error t of the fp32 result.
 Matmul operands whose rows are not a multiple of 8 elements are served padded with zeros to
 multiples of 16 (the problem tuned is the padded one; the copies are part of the race). The
 choice goes to the results store (DR_KERNEL_DB or the user's cache): the next process takes it
@@ -53,7 +56,9 @@ import torch.nn.functional as F
 from .direct_launch import DirectLaunch
 from .kernels.matmul import row_alignment
 
-VARIANTS = ("triton", "torch")
+# "fp8": matmul's operands quantised to e4m3 with a scale per row of A and per column of B, multiplied
+# by the fp8_matmul kernel; offered only where the settings' `tolerance` allows a lower precision.
+VARIANTS = ("triton", "torch", "fp8")
 
 
 @dataclasses.dataclass
@@ -69,11 +74,17 @@ class OpsSettings:
     reps: int = 10                # ...of this many timed launches each.
     db: str | None = None         # The results store (None: DR_KERNEL_DB or the user's cache).
     isolate: bool = True          # Measure in a measuring process (a crashing config cannot kill the caller).
+    # The relative error (L2 norm of the difference over the fp32 result's) a lower-precision variant
+    # may have on a problem's first call; None: only the inputs' own precision.
+    tolerance: float | None = None
 
     def __post_init__(self) -> None:
         unknown = [v for v in self.variants if v not in VARIANTS]
         if unknown or not self.variants:
-            raise ValueError(f"dr_kernel.ops: variants={self.variants!r}: give one or both of 'triton' and 'torch'")
+            raise ValueError(f"dr_kernel.ops: variants={self.variants!r}: give some of 'triton', 'torch' and 'fp8'")
+        if self.tolerance is not None and (isinstance(self.tolerance, bool) or not 0 < self.tolerance < 1):
+            raise ValueError(f"dr_kernel.ops: tolerance={self.tolerance!r}: give a relative error above 0 and "
+                             "below 1 (e.g. 0.05), or None for the inputs' own precision only")
         if not isinstance(self.max_evals, int) or isinstance(self.max_evals, bool) or self.max_evals < 1:
             raise ValueError(f"dr_kernel.ops: max_evals={self.max_evals!r}: give a whole number of at least 1")
         if self.stop not in ("auto", "budget"):
@@ -129,6 +140,10 @@ class Choice:
     torch_ms: float | None = None
     triton_call_ms: float | None = None
     torch_call_ms: float | None = None
+    # The lower-precision variant's race times and its relative error on the first call's inputs.
+    fp8_ms: float | None = None
+    fp8_call_ms: float | None = None
+    fp8_error: float | None = None
     evaluations: int = 0
     source: str = "tuned"
 
@@ -150,7 +165,7 @@ class Choice:
         self._launcher(inputs)
 
 
-_TIMES = ("triton_ms", "torch_ms", "triton_call_ms", "torch_call_ms")
+_TIMES = ("triton_ms", "torch_ms", "triton_call_ms", "torch_call_ms", "fp8_ms", "fp8_call_ms", "fp8_error")
 
 
 def decisions() -> list[Choice]:
@@ -181,12 +196,44 @@ def matmul(a, b):
             # (the copies are part of the call, and of its race): 4095³ is then faster than cuBLAS.
             aligned = row_alignment(N, K) >= 8
             padded = shape if aligned else {"M": shape["M"], "N": -(-N // 16) * 16, "K": -(-K // 16) * 16}
+            lower = None
+            if settings.tolerance is not None and "fp8" in settings.variants and K % 16 == 0 and _has_fp8(device):
+                lower = _Lower("fp8", "fp8_matmul", shape, lambda c: _matmul_fp8(c, a, b),
+                               lambda: torch.matmul(a.float(), b.float()))
             choice = _choose(index, "matmul", "matmul", shape, a.dtype, device,
                              lambda c: _matmul_triton(c, a, b), lambda: torch.matmul(a, b),
-                             tuned_shape=padded if padded != shape else None)
+                             tuned_shape=padded if padded != shape else None, lower=lower)
         if choice is not None and choice.variant == "triton":
             return _matmul_triton(choice, a, b)
+        if choice is not None and choice.variant == "fp8":
+            return _matmul_fp8(choice, a, b)
     return torch.matmul(a, b)
+
+
+def _has_fp8(device) -> bool:
+    """e4m3 tensor cores (compute capability 8.9 and later), or the interpreter."""
+    return device.type == "cpu" or torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def _quantise_rows(x):
+    """(e4m3 rows, fp32 scale per row) of a 2-D fp16/bf16 `x` of any strides, x ≈ rows · scale:
+    each row's largest magnitude maps to e4m3's largest value. Computed in x's dtype (no fp32 copy
+    of x), with the scale rounded to it first so that the division and the scaling agree."""
+    from .kernels.fp8_matmul import E4M3_MAX
+
+    scale = (x.abs().amax(dim=1).float() / E4M3_MAX).clamp_(min=torch.finfo(x.dtype).tiny).to(x.dtype)
+    rows = (x / scale[:, None]).clamp_(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).contiguous()
+    return rows, scale.float()
+
+
+def _matmul_fp8(choice: Choice, a, b):
+    K, N = b.shape
+    a2 = a.view(-1, K)
+    a8, a_scale = _quantise_rows(a2)
+    b8, b_scale = _quantise_rows(b.t())  # Bᵀ (N×K), K-contiguous: the fp8 kernel's operand layout.
+    c = torch.empty((a2.shape[0], N), device=a.device, dtype=a.dtype)
+    choice.launch({"a": a8, "b": b8, "a_scale": a_scale, "b_scale": b_scale, "c": c})
+    return c.view(*a.shape[:-1], N)
 
 
 def _matmul_triton(choice: Choice, a, b):
@@ -349,13 +396,26 @@ def _row_choice(op: str, kernel_name: str, x, triton_call, torch_call) -> Choice
 
 # ----- choosing ------------------------------------------------------------------------------------------
 
+@dataclasses.dataclass
+class _Lower:
+    """A variant of lower precision than the inputs' (`name`): the built-in `kernel` tuned on `shape`,
+    `call(choice)` the operator through it, `reference()` the call's result in fp32."""
+
+    name: str
+    kernel: str
+    shape: dict
+    call: Callable[[Choice], Any]
+    reference: Callable[[], Any]
+
+
 def _choose(index: tuple, op: str, kernel_name: str, shape: dict, torch_dtype, device,
-            triton_call: Callable[[Choice], Any], torch_call: Callable[[], Any], tuned_shape: dict | None = None
-            ) -> Choice:
+            triton_call: Callable[[Choice], Any], torch_call: Callable[[], Any], tuned_shape: dict | None = None,
+            lower: _Lower | None = None) -> Choice:
     """The choice for a problem (made, or read from the store, once per problem and process),
     filed under the call's `index` for the next call. `triton_call(choice)` and `torch_call()` make
     this call through either variant, for the race; `tuned_shape` is the problem the kernel is
-    tuned on and launched for when it is not `shape` (the call pads its operands to it)."""
+    tuned on and launched for when it is not `shape` (the call pads its operands to it); `lower` a
+    variant of lower precision the settings' tolerance allows."""
     from .kernels.base import dtype_name
 
     dtype = dtype_name(torch_dtype)
@@ -363,7 +423,7 @@ def _choose(index: tuple, op: str, kernel_name: str, shape: dict, torch_dtype, d
     with _lock:
         choice = _choices.get(problem)
         if choice is None:
-            choice = _decide(op, kernel_name, shape, dtype, device, triton_call, torch_call, tuned_shape)
+            choice = _decide(op, kernel_name, shape, dtype, device, triton_call, torch_call, tuned_shape, lower)
             _choices[problem] = choice
         _served[index] = choice
     return choice
@@ -375,10 +435,12 @@ def _device_label(device) -> str:
     return "cpu (Triton interpreter)"
 
 
-def store_key(op: str, kernel, shape: dict, dtype: str, device: str, tuned_shape: dict | None = None) -> str:
+def store_key(op: str, kernel, shape: dict, dtype: str, device: str, tuned_shape: dict | None = None,
+              lower: str | None = None) -> str:
     """The results store's key of a choice: operator, the built-in kernel's source, Triton's
     version, the device, the problem (and the padded one the kernel serves it as), the settings
-    that decide (variants and margin)."""
+    that decide (variants and margin; where a lower precision `lower` may be chosen, its name and
+    the tolerance)."""
     import hashlib
     import inspect
     import sys
@@ -388,7 +450,10 @@ def store_key(op: str, kernel, shape: dict, dtype: str, device: str, tuned_shape
     # The kernel's whole module: its variants' kernels (split-K) and launch code are part of it.
     module = sys.modules[getattr(kernel.fn, "fn", kernel.fn).__module__]
     source = hashlib.sha256(inspect.getsource(module).encode()).hexdigest()[:16]
-    decide = json.dumps({"variants": sorted(settings.variants), "margin": settings.margin}, sort_keys=True)
+    rules = {"variants": sorted(v for v in settings.variants if v != "fp8"), "margin": settings.margin}
+    if lower:  # Only keys that may choose a lower precision name it and the tolerance it was held to.
+        rules.update(lower=lower, tolerance=settings.tolerance)
+    decide = json.dumps(rules, sort_keys=True)
     padded = f" padded {json.dumps(tuned_shape, sort_keys=True)}" if tuned_shape else ""
     from .hot import OPS_KEY_PREFIX
 
@@ -406,16 +471,16 @@ def _store():
 
 
 def _decide(op: str, kernel_name: str, shape: dict, dtype: str, device, triton_call, torch_call,
-            tuned_shape: dict | None) -> Choice:
+            tuned_shape: dict | None, lower: _Lower | None = None) -> Choice:
     from . import kernels
 
     kernel = kernels.get(kernel_name)
     label = _device_label(device)
     base = {"op": op, "kernel": kernel_name, "shape": dict(shape), "dtype": dtype, "device": label,
             "padded": dict(tuned_shape) if tuned_shape else None}
-    if "triton" not in settings.variants:
+    if "triton" not in settings.variants and lower is None:
         return Choice(**base, variant="torch", source="variants")
-    key = store_key(op, kernel, shape, dtype, label, tuned_shape)
+    key = store_key(op, kernel, shape, dtype, label, tuned_shape, lower.name if lower else None)
     try:
         store = _store()
         stored = store.get_winner(key)
@@ -426,12 +491,15 @@ def _decide(op: str, kernel_name: str, shape: dict, dtype: str, device, triton_c
     if stored is not None:
         config, ms, evaluations = stored
         config = dict(config)
-        variant = config.pop("variant", "torch")
+        variant = str(config.pop("variant", "torch"))
         times = {k: config.pop(k, None) for k in _TIMES}
-        return Choice(**base, variant=str(variant), config=config if variant == "triton" else None,
+        if variant == "fp8":
+            base["kernel"] = lower.kernel if lower else "fp8_matmul"
+        return Choice(**base, variant=variant, config=config if variant != "torch" else None,
                       evaluations=int(evaluations), source="store", **times)
     try:
-        choice = _tune_and_race(kernel, tuned_shape or shape, dtype, device, base, store, triton_call, torch_call)
+        choice = _tune_and_race(kernel, tuned_shape or shape, dtype, device, base, store, triton_call, torch_call,
+                                lower)
     except Exception as e:  # noqa: BLE001 -- never raised into the caller: torch serves the problem.
         warnings.warn(f"dr_kernel.ops: {op} on {dtype} {shape}: the Triton kernel could not be tuned "
                       f"({type(e).__name__}: {e}); torch serves this problem for the rest of the process",
@@ -440,7 +508,7 @@ def _decide(op: str, kernel_name: str, shape: dict, dtype: str, device, triton_c
     if store is not None:
         record = {"variant": choice.variant, **(choice.config or {})}
         record.update({k: getattr(choice, k) for k in _TIMES if getattr(choice, k) is not None})
-        ms = choice.triton_ms if choice.variant == "triton" else choice.torch_ms
+        ms = getattr(choice, f"{choice.variant}_ms")
         try:
             store.put_winner(key, record, math.nan if ms is None else ms, choice.evaluations,
                              f"dr_kernel.ops {op}", settings.max_evals)
@@ -450,32 +518,70 @@ def _decide(op: str, kernel_name: str, shape: dict, dtype: str, device, triton_c
     return choice
 
 
-def _tune_and_race(kernel, shape: dict, dtype: str, device, base: dict, store, triton_call, torch_call) -> Choice:
+def _tune_and_race(kernel, shape: dict, dtype: str, device, base: dict, store, triton_call, torch_call,
+                   lower: _Lower | None = None) -> Choice:
+    from . import kernels as builtins
     from .session import tune_builtin
     from .tuner import AUTO_STOP, shared_compile_pool
 
     interpret = device.type == "cpu"
-    result = tune_builtin(kernel, shape, dtype, strategy="ppo", max_evals=settings.max_evals,
-                          options=dict(AUTO_STOP) if settings.stop == "auto" else {}, interpret=interpret,
-                          store=store, source="ops", isolate=settings.isolate,
-                          compile_pool=None if interpret else shared_compile_pool(120.0))
-    if result.best_config is None:
-        statuses = ", ".join(f"{n} {s}" for s, n in result.statuses().items()) or "nothing measured"
-        raise RuntimeError(f"no config of the kernel ran correctly ({statuses})")
-    config = dict(result.best_config)
-    evaluations = result.evaluations
-    if "torch" not in settings.variants:
-        return Choice(**base, variant="triton", config=config, triton_ms=result.best_ms,
-                      evaluations=evaluations)
-    candidate = Choice(**base, variant="triton", config=config)
-    times = race({"triton": lambda: triton_call(candidate), "torch": torch_call}, device)
-    # The kernel must win on both counts: alone on the GPU, and call after call (where a small
-    # problem's time is the host's: Python, the launch).
-    wins = all(times[f"triton_{k}"] < (1.0 - settings.margin) * times[f"torch_{k}"] for k in ("ms", "call_ms"))
-    variant = "triton" if wins else "torch"
-    return Choice(**base, variant=variant, config=config if wins else None, triton_ms=times["triton_ms"],
-                  torch_ms=times["torch_ms"], triton_call_ms=times["triton_call_ms"],
-                  torch_call_ms=times["torch_call_ms"], evaluations=evaluations)
+
+    def tune(tuned, problem):
+        result = tune_builtin(tuned, problem, dtype, strategy="ppo", max_evals=settings.max_evals,
+                              options=dict(AUTO_STOP) if settings.stop == "auto" else {}, interpret=interpret,
+                              store=store, source="ops", isolate=settings.isolate,
+                              compile_pool=None if interpret else shared_compile_pool(120.0))
+        if result.best_config is None:
+            statuses = ", ".join(f"{n} {s}" for s, n in result.statuses().items()) or "nothing measured"
+            raise RuntimeError(f"no config of the kernel ran correctly ({statuses})")
+        return result
+
+    # The candidates to torch: the built-in kernel, and a lower precision where one is offered and
+    # its result on this call's inputs is within the tolerance of the fp32 result.
+    candidates: dict[str, tuple[Choice, Callable[[Choice], Any]]] = {}
+    tuned_ms: dict[str, float] = {}
+    evaluations, checked = 0, {}
+    if "triton" in settings.variants:
+        result = tune(kernel, shape)
+        evaluations += result.evaluations
+        candidates["triton"] = (Choice(**base, variant="triton", config=dict(result.best_config)), triton_call)
+        tuned_ms["triton"] = result.best_ms
+    if lower is not None:
+        try:
+            result = tune(builtins.get(lower.kernel), lower.shape)
+        except Exception as e:  # noqa: BLE001 -- the inputs' own precision still serves the problem.
+            if not candidates:
+                raise
+            warnings.warn(f"dr_kernel.ops: {base['op']} on {dtype} {base['shape']}: the {lower.name} variant "
+                          f"could not be tuned ({type(e).__name__}: {e}); it is left out", stacklevel=5)
+        else:
+            evaluations += result.evaluations
+            candidate = Choice(**{**base, "kernel": lower.kernel}, variant=lower.name, config=dict(result.best_config))
+            expected = lower.reference()
+            got = lower.call(candidate).float()
+            error = ((got - expected).norm() / expected.norm().clamp_min(1e-30)).item()
+            checked[f"{lower.name}_error"] = error
+            if error <= settings.tolerance:  # A NaN is never within it.
+                candidates[lower.name] = (candidate, lower.call)
+                tuned_ms[lower.name] = result.best_ms
+    if not candidates:
+        raise RuntimeError(f"no variant is within the tolerance {settings.tolerance} "
+                           f"({', '.join(f'{k} {v:.3g}' for k, v in checked.items())})")
+    if "torch" not in settings.variants and len(candidates) == 1:
+        (name, (choice, _)), = candidates.items()
+        return dataclasses.replace(choice, evaluations=evaluations, **{f"{name}_ms": tuned_ms[name]}, **checked)
+    calls = {name: (lambda call=call, choice=choice: call(choice)) for name, (choice, call) in candidates.items()}
+    if "torch" in settings.variants:
+        calls["torch"] = torch_call
+    times = race(calls, device)
+    # A kernel must beat torch on both counts: alone on the GPU, and call after call (where a small
+    # problem's time is the host's: Python, the launch); of those that do, the fastest alone serves.
+    winners = [name for name in candidates if "torch" not in calls or all(
+        times[f"{name}_{k}"] < (1.0 - settings.margin) * times[f"torch_{k}"] for k in ("ms", "call_ms"))]
+    if not winners:
+        return Choice(**base, variant="torch", evaluations=evaluations, **times, **checked)
+    best = min(winners, key=lambda name: times[f"{name}_ms"])
+    return dataclasses.replace(candidates[best][0], evaluations=evaluations, **times, **checked)
 
 
 def race(calls: dict[str, Callable[[], Any]], device) -> dict[str, float]:
