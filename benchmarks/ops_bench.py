@@ -97,7 +97,7 @@ TINY = {"matmul": [({"M": 40, "N": 24, "K": 32}, "fp16")], "attention": [({"Z": 
         "softmax": [({"rows": 4, "cols": 300}, "fp16")], "rms_norm": [({"rows": 4, "cols": 300}, "bf16")],
         "add_rms_norm": [({"rows": 4, "cols": 300}, "fp16")]}
 DEVICE = "cuda"
-TUNING: dict = {}  # dr_kernel.ops settings of the run (--max-evals, --stop).
+TUNING: dict = {}  # dr_kernel.ops settings of the run (--max-evals, --stop, --tolerance).
 KERNEL = {"matmul": "matmul", "attention": "attention", "softmax": "softmax", "rms_norm": "rmsnorm",
           "add_rms_norm": "add_rmsnorm"}
 
@@ -289,6 +289,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--max-evals", type=int, default=50, help="evaluations per problem's tuning (dr_kernel.ops' 50)")
     p.add_argument("--stop", choices=["auto", "budget"], default="auto")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="relative error a lower precision may have (matmul's fp8 variant races within it)")
     p.add_argument("--report", action="store_true", help="print the tables of the rows under --out and stop")
     p.add_argument("--families", default=",".join(PROBLEMS))
     p.add_argument("--deadline", type=float, default=math.inf, help="seconds after which no new problem starts")
@@ -300,7 +302,7 @@ def main() -> int:
         print(report(args.out))
         return 0
     global DEVICE
-    TUNING.update(max_evals=args.max_evals, stop=args.stop)
+    TUNING.update(max_evals=args.max_evals, stop=args.stop, tolerance=args.tolerance)
     problems = PROBLEMS
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"
