@@ -6,6 +6,19 @@ import pytest
 from dr_kernel import DATA_DIR, bundled_tables
 
 
+# The files whose tests take longest (seconds of two workers' time, `pytest --durations=0`), run
+# first: `scripts/test` hands whole files to two workers in collection order, and a long file
+# collected last (alphabetically, tune_many is among the last) left one worker busy for minutes
+# after the other had finished.
+LONGEST_FIRST = ["test_tune_many.py", "test_optimize.py", "test_autotune.py", "test_ops.py", "test_faults.py",
+                 "test_measure.py", "test_agent.py", "test_kernels.py", "test_progress.py", "test_gpu_bench.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # Stable: each file's order is kept.
+
+
 @pytest.fixture(scope="session")
 def table_paths():
     paths = bundled_tables()
