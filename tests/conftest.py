@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from dr_kernel import DATA_DIR, bundled_tables
 
-
 # The files whose tests take longest (seconds of two workers' time, `pytest --durations=0`), run
 # first: `scripts/test` hands whole files to two workers in collection order, and a long file
 # collected last (alphabetically, tune_many is among the last) left one worker busy for minutes

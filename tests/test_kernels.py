@@ -119,6 +119,26 @@ def test_split_k_is_a_variant_and_split_k_1_is_the_recorded_kernel():
     assert plain.binary_hash != splitting.binary_hash and splitting.n_regs > 0
 
 
+def test_the_tma_attention_kernel_copies_through_descriptors_and_masks_only_its_last_key_loop():
+    from dr_kernel.analysis import compile_kernel
+    from dr_kernel.kernels.attention import attn_fwd_kernel, attn_fwd_tma_kernel
+
+    attention = BUILTINS["attention"]
+    config = attention.check_config({"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2})
+    assert config["TMA"] == 0 and attention.fn_for(config, None) is attn_fwd_kernel  # The recorded one.
+    config["TMA"] = 1
+    assert attention.fn_for(config, None) is attn_fwd_tma_kernel
+    for causal in (False, True):
+        shape = {"Z": 1, "H": 2, "N_CTX": 1000, "HEAD_DIM": 64, "CAUSAL": causal}
+        compiled, _ = compile_kernel(attn_fwd_tma_kernel, *attention.compile_source(shape, "fp16", config),
+                                     {"num_warps": 4, "num_stages": 2})
+        # Two key loops (below the diagonal or the sequence's end, then across it), one masked;
+        # Q, K, V and O through the tensor memory accelerator, the products on wgmma.
+        assert compiled.asm["ttir"].count("scf.for") == 2 and compiled.asm["ttir"].count("arith.select") == 1
+        ptx = compiled.asm["ptx"]
+        assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx and "cp.async.cg" not in ptx
+
+
 def test_a_live_matmul_tuning_adds_splits_of_k_where_tiles_leave_sms_idle_and_leaves_out_spilling_accumulators():
     from dr_kernel.analysis import H200
     from dr_kernel.kernels.base import cdiv

@@ -27,9 +27,9 @@ without measuring anything. `decisions()` lists this process's choices. docs/ops
 Calls the built-in kernels do not cover go to torch unchanged, with torch's own errors: other
 dtypes (matmul and attention take fp16 and bf16; softmax, rms_norm and add_rms_norm also fp32),
 inputs that need gradients, layouts other than row-major (a transposed weight, a strided view),
-masks, dropout, key and value lengths other than the query's, softmax along another dimension. A tuning that fails
-(no config ran correctly, the GPU went away) is reported once as a warning and the problem goes to
-torch for the rest of the process; nothing is raised into the caller's program.
+masks, dropout, key and value lengths other than the query's, softmax along another dimension. A
+tuning that fails (no config ran correctly, the GPU went away) is reported once as a warning and
+the problem goes to torch for the rest of the process; nothing is raised into the caller's program.
 
 Under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) the same flow runs on the CPU with
 wall-clock times, where torch wins; `configure(variants=("triton",))` keeps the Triton kernels

@@ -114,7 +114,7 @@ def attn_fwd_tma_kernel(Q, K, V, O, sm_scale, s_z, s_h, s_m, H, N_CTX,  # noqa: 
         clear = N_CTX // BLOCK_N * BLOCK_N
         hi = N_CTX
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, clear, N_CTX, qk_scale,
-                            BLOCK_N, True, CAUSAL)
+                            BLOCK_N, False, CAUSAL)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, clear, hi, N_CTX, qk_scale,
                             BLOCK_N, True, CAUSAL)
     acc = acc / l_i[:, None]
