@@ -1,4 +1,4 @@
-"""Shared fixtures: the bundled recorded tables."""
+"""Shared fixtures (the bundled recorded tables), and the order the test files run in."""
 
 from __future__ import annotations
 
