@@ -18,9 +18,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .base import BuiltinKernel, Pointer, geometric
-
-EPS = 1e-6
+from .base import BuiltinKernel, Pointer
+from .rmsnorm import EPS
+from .rmsnorm import KERNEL as RMSNORM
 
 
 @triton.jit
@@ -113,14 +113,11 @@ KERNEL = BuiltinKernel(
     family="add_rmsnorm",
     fn=add_rmsnorm_kernel,
     description="residual add fused with RMSNorm, row-wise: h = x + r and y = rmsnorm(h)·w in one kernel",
-    space={
-        "BLOCK": geometric(256, 16384),
-        "num_warps": [1, 2, 4, 8, 16, 32],
-        "num_stages": [1, 2, 3, 4],
-    },
-    constraints=[],
-    shape_keys=("rows", "cols"),
-    shapes=[{"rows": 4096, "cols": 4096}, {"rows": 16384, "cols": 8192}],
+    # RMSNorm's space and problems: the same rows in the same blocks, one more input and output.
+    space={name: list(values) for name, values in RMSNORM.space.items()},
+    constraints=list(RMSNORM.constraints),
+    shape_keys=RMSNORM.shape_keys,
+    shapes=[dict(shape) for shape in RMSNORM.shapes],
     arguments=_arguments,
     _make_inputs=_make_inputs,
     _launch=_launch,
