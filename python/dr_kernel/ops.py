@@ -122,11 +122,13 @@ def configure(**changes: Any) -> OpsSettings:
 
 @dataclasses.dataclass
 class Choice:
-    """What serves one problem: `variant` "triton" (the built-in `kernel` at `config`) or "torch".
-    `triton_ms` and `torch_ms` are the race's GPU times, `triton_call_ms` and `torch_call_ms` its
-    times per call made back to back (None when not raced); `source` says where
-    the choice came from: "tuned" in this process, "store" from an earlier one, or why torch serves
-    it without a race ("variants", a failed tuning)."""
+    """What serves one problem: `variant` "triton" (the built-in `kernel` at `config`), "fp8" (matmul's
+    operands in e4m3, `kernel` fp8_matmul at `config`, within the settings' tolerance) or "torch".
+    `triton_ms`, `fp8_ms` and `torch_ms` are the race's GPU times, the `_call_ms` ones its times per
+    call made back to back (None when not raced), `fp8_error` the fp8 variant's relative error on
+    the first call's inputs; `source` says where the choice came from: "tuned" in this process,
+    "store" from an earlier one, or why torch serves it without a race ("variants", a failed
+    tuning)."""
 
     op: str
     kernel: str
