@@ -49,3 +49,23 @@ def lambda_checked_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, STRIDE: tl.const
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK // STRIDE) * STRIDE
     mask = offs < n
     tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+# A precision choice: LOW=1 keeps the product to 1/64 (as a cheaper format would), a relative error
+# of about 0.5 %: beyond fp32's rounding, within a tolerance of 1 %.
+def _precision_choices(tolerance):
+    @optimize(max_evals=2, key=["n"], configs=[triton.Config({"BLOCK": 64, "LOW": low}) for low in (0, 1)],
+              isolate=False, tolerance=tolerance)
+    @triton.jit
+    def precision_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, LOW: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        y = 2 * tl.load(x_ptr + offs, mask=mask)
+        if LOW:
+            y = (y * 64.0).to(tl.int32).to(tl.float32) / 64.0
+        tl.store(y_ptr + offs, y, mask=mask)
+
+    return precision_kernel
+
+
+precision_exact, precision_loose = _precision_choices(None), _precision_choices(0.01)

@@ -213,7 +213,9 @@ def test_bad_tuning_arguments_are_refused_at_decoration():
                             ({"strategy": "simplex"}, "unknown strategy='simplex'; the available strategies are: "),
                             ({"seed": -1}, "seed=-1: give a whole number"),
                             ({"space": {}}, "space={} has no parameters"),
-                            ({"stop": "early"}, "stop='early': give 'auto'")]:
+                            ({"stop": "early"}, "stop='early': give 'auto'"),
+                            ({"tolerance": 0}, "tolerance=0: give a relative error above 0 and below 1"),
+                            ({"tolerance": 1.5}, "tolerance=1.5: give")]:
         with pytest.raises(ValueError, match=re.escape(message)):
             optimize(key=["n"], **{"space": SPACE, **kwargs})(jit)
     assert optimize(key=["n"], space=SPACE, max_evals=1, max_seconds=0.5, strategy="anneal")(jit).max_evals == 1
@@ -272,6 +274,35 @@ def test_a_lambda_reference_checks_configs_measured_in_another_process(tmp_path)
     assert out["correct"] and out["best"]["STRIDE"] == 1
     status = {(c["BLOCK"], c["STRIDE"]): s for c, s in out["rows"]}
     assert status == {(32, 1): "ok", (64, 1): "ok", (32, 2): "wrong", (64, 2): "wrong"}
+
+
+PRECISION_SCRIPT = r"""
+import json, sys, torch, triton
+from optimize_kernels import precision_exact, precision_loose
+x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+out = {}
+for name, kernel in (("exact", precision_exact), ("loose", precision_loose)):
+    y = torch.zeros_like(x)
+    kernel[lambda meta: (triton.cdiv(1000, meta["BLOCK"]),)](x, y, 1000)
+    out[name] = {"statuses": {str(c["LOW"]): m["status"] for c, m, _ in kernel.last_session.history},
+                 "error": ((y - 2 * x).norm() / (2 * x).norm()).item(), "family": kernel._family()}
+print(json.dumps(out))
+"""
+
+
+def test_a_tolerance_admits_a_lower_precision_config_that_the_default_judges_wrong(tmp_path):
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "r.db"),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
+    run = subprocess.run([sys.executable, "-c", PRECISION_SCRIPT], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    # Against the first config (exact), LOW=1's 0.5 % is beyond fp32's rounding by default ...
+    assert out["exact"]["statuses"] == {"0": "ok", "1": "wrong"} and out["exact"]["error"] == 0.0
+    # ... and within tolerance=0.01, where either may win; the caller's result is within it.
+    assert out["loose"]["statuses"] == {"0": "ok", "1": "ok"} and out["loose"]["error"] < 0.01
+    # Stored apart: a verdict under one tolerance is not reused under the other.
+    assert out["exact"]["family"] != out["loose"]["family"]
 
 
 def test_isolate_true_on_a_kernel_in_main_is_one_clear_error(tmp_path):

@@ -34,7 +34,8 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
              outputs: Sequence[str] | None = None, db: str | None = None,
              settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
              compile_timeout: float = 120.0, pre_hook: Callable | None = None, post_hook: Callable | None = None,
-             prune_configs_by: Mapping | None = None, stop: str = "auto", verbose: bool | None = None):
+             prune_configs_by: Mapping | None = None, stop: str = "auto", verbose: bool | None = None,
+             tolerance: float | None = None):
     """Decorates a @triton.jit kernel so that its first call per key tunes it.
 
     ``space`` (a dict of value lists) or ``configs`` (a list of triton.Config) is the search space;
@@ -53,6 +54,13 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
     copy of the arguments: the caller's tensors are written only by the winner's launch.
     ``isolate`` forces measuring in worker processes (True) or in this process (False); kernels
     with hooks are measured in this process.
+
+    ``tolerance`` is the relative error (L2 norm of the difference over the reference's) a config's
+    outputs may have against the reference: by default the outputs' dtype's rounding against another
+    config, and 2 % against a ``reference`` you give. Looser, a space may hold precision choices
+    (fp8 operands, fp16 accumulation, an approximate exp): a config beyond the tolerance is judged
+    wrong and never chosen; give an fp32 ``reference`` to hold every config to the exact result.
+    Winners and measurements are stored per tolerance.
 
     Before measuring, each config is compiled for the device in a pool of processes (at most
     ``compile_timeout`` seconds each): configs over the device's limits (shared memory, threads,
@@ -76,6 +84,6 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
                            prune_configs_by=prune_configs_by, reference=reference, outputs=outputs, db=db,
                            settings=settings, isolate=isolate, static_checks=static_checks,
                            compile_timeout=compile_timeout, first_config_is_reference=configs is not None,
-                           stop=stop, verbose=verbose)
+                           stop=stop, verbose=verbose, tolerance=tolerance)
 
     return decorator

@@ -106,6 +106,8 @@ class KernelJob(Job):
     config_hooks: dict = field(default_factory=dict)  # Config key → the triton.Config's pre_hook.
     shared_config_hook: Callable | None = None  # For configs beyond the list, when every listed one has it.
     check_results: bool = True
+    # The relative error allowed against another config's outputs (None: the dtype's rounding).
+    allowed_error: float | None = None
     # With no reference at all, the first config that runs becomes it; it must then write every
     # element of what it writes (probed on poisoned outputs), or a partial writer would be the judge.
     probe_first: bool = False
@@ -280,7 +282,7 @@ class KernelJob(Job):
                 limit = settings.max_relerr
             else:  # Another config: the rounding of the output's dtype.
                 err = difference(out, ref, tensor_of(state["pristine"][name]))
-                limit = tolerance(out.dtype)
+                limit = tolerance(out.dtype) if self.allowed_error is None else self.allowed_error
             ratio = err / limit if limit > 0 else (0.0 if err == 0 else math.inf)
             if ratio > worst:
                 worst, relerr = ratio, err
@@ -432,7 +434,7 @@ class TunedKernel(TritonAutotuner):
                  settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
                  compile_timeout: float = 120.0, do_bench: Callable | None = None, widen: bool = False,
                  first_config_is_reference: bool = False, source: str = "optimize", stop: str = "auto",
-                 verbose: bool | None = None):
+                 verbose: bool | None = None, tolerance: float | None = None):
         self.fn = fn
         self.base_fn = fn
         while not inspect.isfunction(self.base_fn):
@@ -462,6 +464,14 @@ class TunedKernel(TritonAutotuner):
         self.prune_configs_by = dict(prune_configs_by or {})
         self.reference, self.outputs = reference, list(outputs) if outputs else None
         self.db, self.settings, self.isolate = db, settings or MeasureSettings(), isolate
+        if tolerance is not None:
+            if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
+                raise ValueError(f"{self.__name__}: tolerance={tolerance!r}: give a relative error above 0 and below 1 "
+                                 "(e.g. 0.01), or None for the outputs' own rounding")
+            self.settings = dataclasses.replace(self.settings, max_relerr=float(tolerance))
+        # The relative error a config's outputs may have against the reference (None: against
+        # another config, the outputs' dtype's rounding; against the user's reference, 2 %).
+        self.tolerance = None if tolerance is None else float(tolerance)
         self.static_checks, self.compile_timeout = static_checks, compile_timeout
         self._do_bench, self.widen = do_bench, widen
         self.first_config_is_reference, self.source = first_config_is_reference, source
@@ -535,9 +545,17 @@ class TunedKernel(TritonAutotuner):
             source_hash = getattr(jit, "cache_key", None) or _source_hash(self.base_fn)
             self._static_key = f"{self.__name__}|{source_hash}|triton {triton.__version__}"
         searched = json.dumps([sorted((k, repr(v)) for k, v in c.items()) for c in configs], sort_keys=True)
-        extra = json.dumps({"constraints": self.constraints, "widen": self.widen})
+        rules = {"constraints": self.constraints, "widen": self.widen}
+        if self.tolerance is not None:  # A winner within one tolerance is none for another.
+            rules["tolerance"] = self.tolerance
+        extra = json.dumps(rules)
         space_hash = hashlib.sha256((searched + extra).encode()).hexdigest()[:16]
         return f"{self._static_key}|{device}|{key}|space {space_hash}"
+
+    def _family(self) -> str:
+        """The family its measurements are stored under: the kernel's name, and the tolerance they
+        were judged by where it is not the default (a config wrong under one is right under another)."""
+        return self.__name__ if self.tolerance is None else f"{self.__name__} (tolerance {self.tolerance:g})"
 
     def store(self):
         if self._store is None:
@@ -675,7 +693,7 @@ class TunedKernel(TritonAutotuner):
         shape = {k: values[k] for k in self.key
                  if isinstance(values.get(k), (int, float)) and not isinstance(values.get(k), bool)}
         dtype = next((str(v.dtype).replace("torch.", "") for v in nargs.values() if is_tensor(v)), "")
-        problem = {"family": self.__name__, "shape": shape, "device": device, "dtype": dtype}
+        problem = {"family": self._family(), "shape": shape, "device": device, "dtype": dtype}
         (config,) = _core.predicted_order(problem, space, 1)
         self.notes.append(f"{self.__name__}: max_evals=0: launched the cost model's predicted config {config}, "
                           "unmeasured")
@@ -855,7 +873,7 @@ class TunedKernel(TritonAutotuner):
                         reference_configs=list(reference_configs), probe_first=self.listed is None,
                         reset_to_zero=self.reset_to_zero,
                         restore_value=self.restore_value, pre_hook=self.pre_hook, post_hook=self.post_hook,
-                        config_hooks=hooks, shared_config_hook=shared)
+                        config_hooks=hooks, shared_config_hook=shared, allowed_error=self.tolerance)
         if isolate:
             if self._importable():
                 job.module = getattr(self.base_fn, "__module__", "__main__")
@@ -905,7 +923,7 @@ class TunedKernel(TritonAutotuner):
         devices = visible_devices()
         reference_configs = candidates if self.reference is None and self.first_config_is_reference else []
         space = self.space if self.listed is None else make_space(configs=candidates)
-        problem = {"family": self.__name__, "shape": {k: nargs[k] for k in self.key if k in nargs},
+        problem = {"family": self._family(), "shape": {k: nargs[k] for k in self.key if k in nargs},
                    "device": device, "dtype": next((str(v.dtype).replace("torch.", "") for v in nargs.values()
                                                     if is_tensor(v)), "")}
         store = self.store()
