@@ -115,16 +115,18 @@ if kind == "dr_kernel.dropin":  # Stock autotune cannot time in the interpreter:
     y = torch.empty(n)
     k.heuristics_below[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n)
     assert torch.allclose(y, x + 1)
-print(kind, len(dr_kernel.taken_over()), getattr(k.heuristics_below, "widen", None), sys.argv[1:])
+print(kind, len(dr_kernel.taken_over()), getattr(k.heuristics_below, "widen", None),
+      getattr(k.heuristics_below, "isolate", "-"), sys.argv[1:])
 """
 
 
 def test_environment_variable_switches_a_program_without_editing_it(tmp_path):
     (tmp_path / "prog.py").write_text(SCRIPT)
     out = _run(["prog.py", "a"], tmp_path, DR_KERNEL_AUTOTUNE="1")
-    assert out.stdout.split() == ["dr_kernel.dropin", "8", "False", "['a']"]  # Within the lists by default.
-    out = _run(["prog.py", "a"], tmp_path, DR_KERNEL_AUTOTUNE="widen")
-    assert out.stdout.split() == ["dr_kernel.dropin", "8", "True", "['a']"]
+    # Within the lists and in the program's process by default.
+    assert out.stdout.split() == ["dr_kernel.dropin", "8", "False", "False", "['a']"]
+    out = _run(["prog.py", "a"], tmp_path, DR_KERNEL_AUTOTUNE="widen,isolate")
+    assert out.stdout.split() == ["dr_kernel.dropin", "8", "True", "None", "['a']"]
     out = _run(["prog.py", "a"], tmp_path)
     assert out.stdout.split()[:2] == ["triton.runtime.autotuner", "0"]
 
@@ -132,9 +134,9 @@ def test_environment_variable_switches_a_program_without_editing_it(tmp_path):
 def test_python_m_dr_kernel_run_switches_a_script(tmp_path):
     (tmp_path / "prog.py").write_text(SCRIPT)
     out = _run(["-m", "dr_kernel", "run", "prog.py", "--flag"], tmp_path)
-    assert out.stdout.split() == ["dr_kernel.dropin", "8", "False", "['--flag']"]
-    out = _run(["-m", "dr_kernel", "run", "--widen", "prog.py", "--flag"], tmp_path)
-    assert out.stdout.split() == ["dr_kernel.dropin", "8", "True", "['--flag']"]
+    assert out.stdout.split() == ["dr_kernel.dropin", "8", "False", "False", "['--flag']"]
+    out = _run(["-m", "dr_kernel", "run", "--isolate", "--widen", "prog.py", "--flag"], tmp_path)
+    assert out.stdout.split() == ["dr_kernel.dropin", "8", "True", "None", "['--flag']"]
 
 
 def test_widen_searches_past_the_list_and_checks_each_config(tmp_path):

@@ -1,6 +1,6 @@
-"""``python -m dr_kernel run [--widen] SCRIPT [ARGS...]`` (or ``run -m MODULE [ARGS...]``): run a program with
-dr_kernel in place of triton.autotune, for every library it imports. Anything else goes to the
-dr-kernel command line (``python -m dr_kernel replay ...``)."""
+"""``python -m dr_kernel run [--widen] [--isolate] SCRIPT [ARGS...]`` (or ``run ... -m MODULE [ARGS...]``):
+run a program with dr_kernel in place of triton.autotune, for every library it imports. Anything
+else goes to the dr-kernel command line (``python -m dr_kernel replay ...``)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,20 @@ import sys
 
 
 def run_program(argv: list[str]) -> int:
-    usage = "usage: python -m dr_kernel run [--widen] SCRIPT [ARGS...] | run [--widen] -m MODULE [ARGS...]"
-    widen = False
-    if argv and argv[0] in ("--widen", "--narrow"):  # --narrow, the default, is accepted too.
-        widen, argv = argv[0] == "--widen", argv[1:]
+    usage = ("usage: python -m dr_kernel run [--widen] [--isolate] SCRIPT [ARGS...] | "
+             "run [--widen] [--isolate] -m MODULE [ARGS...]")
+    widen, isolate = False, False
+    while argv and argv[0] in ("--widen", "--narrow", "--isolate"):  # --narrow, the default, is accepted too.
+        widen = widen or argv[0] == "--widen"
+        isolate = isolate or argv[0] == "--isolate"
+        argv = argv[1:]
     if not argv or (argv[0] == "-m" and len(argv) < 2):
         print(usage, file=sys.stderr)
         return 2
     from .switch import install
 
-    install(widen=widen)
+    # --isolate: measure in a measuring process wherever a kernel can go there (install(isolate=None)).
+    install(widen=widen, isolate=None if isolate else False)
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

@@ -132,12 +132,13 @@ def requested(environ=os.environ) -> bool:
 
 def install_from_environment() -> None:
     """The start-up hook's call: install() when DR_KERNEL_AUTOTUNE is set to anything but 0/empty;
-    "widen" also searches past the lists ("narrow", the default, is accepted too)."""
+    words separated by commas choose: "widen" also searches past the lists ("narrow", the default,
+    is accepted too), "isolate" measures in a measuring process wherever a kernel can go there."""
     if not requested():
         return
-    value = os.environ.get(ENV_VARIABLE, "").strip().lower()
+    words = {w.strip() for w in os.environ.get(ENV_VARIABLE, "").strip().lower().split(",")}
     try:
-        install(widen=value == "widen")
+        install(widen="widen" in words, isolate=None if "isolate" in words else False)
     except Exception as error:  # noqa: BLE001 -- a start-up hook must never stop the program.
         warnings.warn(f"dr_kernel: {ENV_VARIABLE} is set but dr_kernel could not be installed ({error}); "
                       "triton.autotune is unchanged", stacklevel=2)
