@@ -98,6 +98,7 @@ TINY = {"matmul": [({"M": 40, "N": 24, "K": 32}, "fp16")], "attention": [({"Z": 
         "add_rms_norm": [({"rows": 4, "cols": 300}, "fp16")]}
 DEVICE = "cuda"
 TUNING: dict = {}  # dr_kernel.ops settings of the run (--max-evals, --stop, --tolerance).
+FP8: list = [None]  # call()'s matmul through the fp8 variant (alone(choice) is the fp16 kernel's).
 KERNEL = {"matmul": "matmul", "attention": "attention", "softmax": "softmax", "rms_norm": "rmsnorm",
           "add_rms_norm": "add_rmsnorm"}
 
@@ -123,6 +124,7 @@ def call(family: str, shape: dict, dtype: str):
 
     if family == "matmul":
         a, b = rand(shape["M"], shape["K"]), rand(shape["K"], shape["N"])
+        FP8[0] = lambda c: lambda: ops._matmul_fp8(c, a, b)  # noqa: E731 -- the fp8 variant alone, when it won.
         return (lambda: ops.matmul(a, b)), (lambda: torch.matmul(a, b)), (lambda c: lambda: ops._matmul_triton(c, a, b))
     if family == "softmax":
         x = rand(shape["rows"], shape["cols"])
@@ -180,7 +182,9 @@ def run_problem(family: str, shape: dict, dtype: str, out: Path) -> dict:
         return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
     timed = {"torch": bench(theirs), "ops": bench(ours)}
-    triton_config = choice.config
+    if choice.variant == "fp8":  # The fp8 variant alone; "triton" stays the fp16 kernel's time.
+        timed["fp8"] = bench(FP8[0](choice))
+    triton_config = choice.config if choice.variant == "triton" else None
     if triton_config is None:
         # Torch won the race, so the choice keeps no config: the Triton kernel alone is timed at
         # the tuned session's best (on the padded problem, when it was padded), read back from
@@ -188,7 +192,8 @@ def run_problem(family: str, shape: dict, dtype: str, out: Path) -> dict:
         triton_config = _best_tuned(kernel, choice.padded or shape, dtype,
                                     out / "stores" / f"{name_of(family, shape, dtype)}.db", choice.device)
     if triton_config is not None:
-        timed["triton"] = bench(alone(dataclasses.replace(choice, variant="triton", config=triton_config)))
+        timed["triton"] = bench(alone(dataclasses.replace(choice, kernel=KERNEL[family], variant="triton",
+                                                          config=triton_config)))
     limits = device_limits(0) if DEVICE == "cuda" else H200
     peak = limits.peak_tflops(dtype, kernel.tensor_cores), limits.peak_gbps
     flops, moved = kernel.flops(shape), kernel.bytes(shape, dtype)
@@ -197,7 +202,8 @@ def run_problem(family: str, shape: dict, dtype: str, out: Path) -> dict:
            "torch_version": torch.__version__, "first_call_s": first_s, "variant": choice.variant,
            "config": triton_config, "padded": choice.padded, "evaluations": choice.evaluations,
            "race_triton_ms": choice.triton_ms, "race_call_ms": [choice.triton_call_ms, choice.torch_call_ms],
-           "race_torch_ms": choice.torch_ms, "relerr_vs_torch": relerr, "ms": timed,
+           "race_torch_ms": choice.torch_ms, "race_fp8_ms": choice.fp8_ms, "fp8_error": choice.fp8_error,
+           "relerr_vs_torch": relerr, "ms": timed,
            "fraction_of_peak": {who: throughput(flops, moved, ms, *peak)["fraction_of_peak"]
                                 for who, ms in timed.items()}}
     return row
