@@ -139,6 +139,22 @@ def test_the_tma_attention_kernel_copies_through_descriptors_and_masks_only_its_
         assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx and "cp.async.cg" not in ptx
 
 
+def test_a_live_attention_tuning_on_hopper_searches_the_tma_kernel_on_the_tiles_it_was_measured_on():
+    from dr_kernel.analysis import A100, H200
+
+    attention = BUILTINS["attention"]
+    shape = {"Z": 2, "H": 16, "N_CTX": 8192, "HEAD_DIM": 128, "CAUSAL": False}
+    recorded = list(attention.search_space().configs())
+    live = list(attention.space_for(shape, H200).configs())
+    tma = [c for c in live if c["TMA"] == 1]
+    assert [c for c in live if c["TMA"] == 0] == recorded and {c["TMA"] for c in recorded} == {0}
+    # BLOCK_M 64-256, BLOCK_N 32-128, 4 or 8 warps, 2-4 stages: 3 * 3 * 2 * 3.
+    assert len(tma) == 54 and all(c["BLOCK_M"] >= 64 and c["BLOCK_N"] >= 32 and c["num_warps"] >= 4
+                                  and c["num_stages"] >= 2 for c in tma)
+    # Before compute capability 9.0 there are no tensor descriptors to copy through.
+    assert list(attention.space_for(shape, A100).configs()) == recorded
+
+
 def test_a_live_matmul_tuning_adds_splits_of_k_where_tiles_leave_sms_idle_and_leaves_out_spilling_accumulators():
     from dr_kernel.analysis import H200
     from dr_kernel.kernels.base import cdiv

@@ -61,13 +61,13 @@ def test_torch_serves_a_problem_where_it_is_faster(runs):
     assert first["raced_equal"]
 
 
-def test_a_fused_chain_races_the_operators_apart(runs):
+def test_a_fused_chain_races_torchs_operators_apart(runs):
     first, _ = runs
-    # The race's first call through the chain apart decided ops.rms_norm's problem on the way.
-    assert [c["op"] for c in first["choices"][7:]] == ["rms_norm", "add_rms_norm"]
-    nested, fused = first["choices"][7:]
+    # Torch's add and rms_norm (not ops.rms_norm: nothing else is decided on the way) win on the CPU.
+    assert [c["op"] for c in first["choices"][7:]] == ["add_rms_norm"]
+    fused = first["choices"][7]
     assert fused["variant"] == "torch" and fused["source"] == "tuned" and fused["config"] is None
-    assert fused["torch_ms"] < fused["triton_ms"] and nested["variant"] == "torch"
+    assert fused["torch_ms"] < fused["triton_ms"]
     assert first["raced_fused_equal"]
 
 
@@ -84,8 +84,7 @@ def test_a_tolerance_lets_fp8_serve_a_matmul_within_it_and_never_outside(runs):
 
 def test_the_next_process_takes_every_choice_from_the_store(runs):
     first, again = runs
-    assert [c["source"] for c in again["choices"]] == ["store"] * 9
-    # The same choices (the nested rms_norm one now follows the chain's, read from the store first).
+    assert [c["source"] for c in again["choices"]] == ["store"] * 8
     def strip(choices):
         return sorted(json.dumps({k: c[k] for k in ("op", "shape", "padded", "variant", "config")}, sort_keys=True)
                       for c in choices)

@@ -299,10 +299,10 @@ def add_rms_norm(x, residual, normalized_shape: Sequence[int], weight=None, eps:
     """h = x + residual, then torch.nn.functional.rms_norm(h, normalized_shape, weight, eps): returns
     (y, h), the chain a transformer block runs before its attention and its MLP. Served by the
     fused kernel (add_rmsnorm: x and residual read once, h and y written in one pass, one launch)
-    or by the two operators apart (torch's add, then this module's rms_norm, with whichever serves
-    that problem), as the race finds faster: fusion is one more choice, not a rule. The fused
-    kernel serves row-major fp16/bf16/fp32 `x` and `residual` of one shape and dtype, normalised
-    over their last dimension with a weight of that dtype."""
+    or by torch's two operators apart, as the race finds faster: fusion is one more choice, not a
+    rule. The fused kernel serves row-major fp16/bf16/fp32 `x` and `residual` of one shape and
+    dtype, normalised over their last dimension with a weight of that dtype; other calls run the
+    add apart from this module's rms_norm."""
     if (type(x) is _Tensor and type(residual) is _Tensor and type(weight) is _Tensor and _rows_ok(x)
             and residual.shape == x.shape and residual.dtype == x.dtype and residual.is_contiguous()
             and residual.device == x.device and not _needs_grad(residual, weight) and weight.dtype == x.dtype
@@ -313,23 +313,33 @@ def add_rms_norm(x, residual, normalized_shape: Sequence[int], weight=None, eps:
         eps_value = float(torch.finfo(x.dtype).eps if eps is None else eps)
         choice = _row_choice("add_rms_norm", "add_rmsnorm", x,
                              lambda c: _add_rms_norm_fused(c, x, residual, weight, eps_value),
-                             lambda: _add_rms_norm_apart(x, residual, normalized_shape, weight, eps))
-        if choice is not None and choice.variant == "triton":
-            return _add_rms_norm_fused(choice, x, residual, weight, eps_value)
-    return _add_rms_norm_apart(x, residual, normalized_shape, weight, eps)
-
-
-def _add_rms_norm_apart(x, residual, normalized_shape, weight, eps):
+                             lambda: _add_rms_norm_torch(x, residual, normalized_shape, weight, eps))
+        if choice is not None:
+            if choice.variant == "triton":
+                return _add_rms_norm_fused(choice, x, residual, weight, eps_value)
+            # Torch's chain is what the race timed (and what the torch variant promises).
+            return _add_rms_norm_torch(x, residual, normalized_shape, weight, eps)
     h = x + residual
     return rms_norm(h, normalized_shape, weight, eps), h
 
 
+def _add_rms_norm_torch(x, residual, normalized_shape, weight, eps):
+    h = x + residual
+    return F.rms_norm(h, normalized_shape, weight, eps), h
+
+
 def _add_rms_norm_fused(choice: Choice, x, residual, weight, eps: float):
+    # Few tensor operations around the launch: a small problem's call is the host's time.
+    if x.dim() == 2:
+        out = torch.empty((2, *x.shape), device=x.device, dtype=x.dtype)
+        choice.launch({"x": x, "r": residual, "w": weight, "out": out, "eps": eps})
+        return out.unbind(0)
     cols = x.shape[-1]
     x2, r2 = x.view(-1, cols), residual.view(-1, cols)
     out = torch.empty((2, x2.shape[0], cols), device=x.device, dtype=x.dtype)
     choice.launch({"x": x2, "r": r2, "w": weight, "out": out, "eps": eps})
-    return out[0].view(x.shape), out[1].view(x.shape)
+    y, h = out.unbind(0)
+    return y.view(x.shape), h.view(x.shape)
 
 
 def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,

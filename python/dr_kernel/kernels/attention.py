@@ -131,6 +131,20 @@ def _kernel_config(config):
     return {k: v for k, v in config.items() if k != "TMA"}
 
 
+# Where the TMA kernel is searched: the tiles it was measured on (benchmarks/device_run.sh
+# sweeps-tma, docs/gpu-notes.md). There its best beat the recorded kernel's best by 1.09-1.36x on
+# four problems of five (lost 0.91x on the smallest, 8x16x1024x64) and its median config 1.05-1.28x.
+TMA_RULE = "TMA == 0 or (BLOCK_M >= 64 and BLOCK_N >= 32 and num_warps >= 4 and num_stages >= 2)"
+
+
+def _problem_space(shape, limits):
+    """The space a tuning of `shape` searches: the recorded one, and on compute capability 9.0
+    and later the TMA kernel on the tiles of TMA_RULE beside it."""
+    if limits.arch < 90:
+        return dict(KERNEL.space), list(KERNEL.constraints)
+    return {**KERNEL.space, "TMA": [0, 1]}, [*KERNEL.constraints, TMA_RULE]
+
+
 def _arguments(shape, dtype, config):
     H, N, D = shape["H"], shape["N_CTX"], shape["HEAD_DIM"]
     return {"Q": Pointer(dtype), "K": Pointer(dtype), "V": Pointer(dtype), "O": Pointer(dtype),
@@ -211,14 +225,13 @@ KERNEL = BuiltinKernel(
         "BLOCK_N": [16, 32, 64, 128],
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3, 4],
-        # 1 launches attn_fwd_tma_kernel (compute capability 9.0 and later), searched where a space
-        # lists it (--space '{..., "TMA": [0, 1]}'). Not in the default space yet: its times on
-        # the H200 are not measured (benchmarks/device_run.sh sweeps-tma measures it beside the
-        # recorded kernel's and SDPA's), and the tables and the cost model have not seen it.
+        # 1 launches attn_fwd_tma_kernel (compute capability 9.0 and later). The recorded tables
+        # have 0 only; a tuning on such a GPU searches both (_problem_space).
         "TMA": [0],
     },
     defaults={"TMA": 0},
     variant=_variant,
+    _problem_space=_problem_space,
     constraints=[],
     shape_keys=("Z", "H", "N_CTX", "HEAD_DIM", "CAUSAL"),
     shapes=[
