@@ -99,7 +99,8 @@ def test_the_choices_are_no_candidates_for_retune(runs, ops_db):
     # They are stored among the winners, but made by a race, not by a program's launches.
     from dr_kernel import _core, hot
 
-    assert sum(w["key"].startswith("ops.") for w in _core.Store(str(ops_db)).hottest_winners(100)) == 11
+    # The 8 choices of the first run's operators and races, and the fp8 matmul's two tolerances.
+    assert sum(w["key"].startswith("ops.") for w in _core.Store(str(ops_db)).hottest_winners(100)) == 10
     assert hot.hottest(5, str(ops_db)) == []
 
 

@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from .direct_launch import DirectLaunch
+from .kernels.fp8_matmul import quantise_columns, quantise_rows
 from .kernels.matmul import row_alignment
 
 # "fp8": matmul's operands quantised to e4m3 with a scale per row of A and per column of B, multiplied
@@ -217,22 +218,11 @@ def _has_fp8(device) -> bool:
     return device.type == "cpu" or torch.cuda.get_device_capability(device) >= (8, 9)
 
 
-def _quantise_rows(x):
-    """(e4m3 rows, fp32 scale per row) of a 2-D fp16/bf16 `x` of any strides, x ≈ rows · scale:
-    each row's largest magnitude maps to e4m3's largest value. Computed in x's dtype (no fp32 copy
-    of x), with the scale rounded to it first so that the division and the scaling agree."""
-    from .kernels.fp8_matmul import E4M3_MAX
-
-    scale = (x.abs().amax(dim=1).float() / E4M3_MAX).clamp_(min=torch.finfo(x.dtype).tiny).to(x.dtype)
-    rows = (x / scale[:, None]).clamp_(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).contiguous()
-    return rows, scale.float()
-
-
 def _matmul_fp8(choice: Choice, a, b):
     K, N = b.shape
     a2 = a.view(-1, K)
-    a8, a_scale = _quantise_rows(a2)
-    b8, b_scale = _quantise_rows(b.t())  # Bᵀ (N×K), K-contiguous: the fp8 kernel's operand layout.
+    a8, a_scale = quantise_rows(a2)
+    b8, b_scale = quantise_columns(b)  # Bᵀ (N×K), K-contiguous: the fp8 kernel's operand layout.
     c = torch.empty((a2.shape[0], N), device=a.device, dtype=a.dtype)
     choice.launch({"a": a8, "b": b8, "a_scale": a_scale, "b_scale": b_scale, "c": c})
     return c.view(*a.shape[:-1], N)
