@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ops, opsprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ops, opsprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
@@ -136,6 +136,11 @@ for step in "$@"; do
       sweep attention_4x32x4096x64_causal_bf16_tma attention Z=4,H=32,N_CTX=4096,HEAD_DIM=64,CAUSAL=true bf16 90 "$at"
       sweep attention_8x16x1024x64_fp16_tma attention Z=8,H=16,N_CTX=1024,HEAD_DIM=64,CAUSAL=false fp16 90 "$at"
       sweep attention_4x8x4097x64_fp16_tma attention Z=4,H=8,N_CTX=4097,HEAD_DIM=64,CAUSAL=false fp16 90 "$at" ;;
+    sweeps-mm-tma)  # Issue 11: the TMA matmul kernel against the recorded one, same tiles (48 each).
+      mt='{"BLOCK_M":[64,128],"BLOCK_N":[64,128,256],"BLOCK_K":[64],"GROUP_M":[8],"num_warps":[4,8],"num_stages":[3,4],"TMA":[0,1]}'
+      sweep matmul_4096x4096x4096_fp16_tma matmul M=4096,N=4096,K=4096 fp16 80 "$mt"
+      sweep matmul_8192x8192x4096_bf16_tma matmul M=8192,N=8192,K=4096 bf16 80 "$mt"
+      sweep matmul_8192x4096x14336_bf16_tma matmul M=8192,N=4096,K=14336 bf16 80 "$mt" ;;
     sweeps-b)
       sweep attention_2x16x2048x128_causal_fp16 attention Z=2,H=16,N_CTX=2048,HEAD_DIM=128,CAUSAL=true fp16 70
       sweep attention_1x32x16384x64_fp16 attention Z=1,H=32,N_CTX=16384,HEAD_DIM=64,CAUSAL=false fp16 70

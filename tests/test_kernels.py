@@ -42,9 +42,10 @@ def test_registry_holds_every_family_and_get_names_them_on_a_miss():
 
 
 def test_spaces_keep_the_recorded_parameter_names_and_values():
-    # The recorded parameters, then the variant the tables lack (SPLIT_K: 1 unless a space asks).
+    # The recorded parameters, then the variants the tables lack (SPLIT_K 1 and TMA 0 unless a
+    # space asks).
     assert list(BUILTINS["matmul"].space) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M",
-                                              "num_warps", "num_stages", "SPLIT_K"]
+                                              "num_warps", "num_stages", "SPLIT_K", "TMA"]
     assert list(BUILTINS["softmax"].space) == ["BLOCK", "num_warps", "num_stages"]
     assert list(BUILTINS["attention"].space) == ["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA"]
     assert BUILTINS["softmax"].space["BLOCK"] == [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
@@ -137,6 +138,28 @@ def test_the_tma_attention_kernel_copies_through_descriptors_and_masks_only_its_
         assert compiled.asm["ttir"].count("scf.for") == 2 and compiled.asm["ttir"].count("arith.select") == 1
         ptx = compiled.asm["ptx"]
         assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx and "cp.async.cg" not in ptx
+
+
+def test_the_tma_matmul_kernel_copies_tiles_through_descriptors_and_refuses_unaligned_rows():
+    from dr_kernel.analysis import compile_kernel
+    from dr_kernel.kernels.matmul import matmul_tma_kernel
+
+    matmul = BUILTINS["matmul"]
+    config = matmul.check_config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
+                                  "num_stages": 3})
+    assert config["TMA"] == 0
+    config["TMA"] = 1
+    shape = {"M": 4000, "N": 4096, "K": 1000}  # K a multiple of 8, not of 16 or of BLOCK_K.
+    assert matmul.fn_for(config, shape) is matmul_tma_kernel
+    compiled, _ = compile_kernel(matmul_tma_kernel, *matmul.compile_source(shape, "bf16", config),
+                                 {"num_warps": 8, "num_stages": 3})
+    # A and B through the tensor memory accelerator, C stored by it, the products on wgmma; no
+    # per-element masks in the loop.
+    ptx, ttir = compiled.asm["ptx"], compiled.asm["ttir"]
+    assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx and "cp.async.cg" not in ptx
+    assert "arith.select" not in ttir and "tt.load" not in ttir
+    with pytest.raises(ValueError, match="N and K multiples of 8.*N=4095, K=4096: search TMA = 0"):
+        matmul.compile_source({"M": 64, "N": 4095, "K": 4096}, "fp16", config)
 
 
 def test_a_live_attention_tuning_on_hopper_searches_the_tma_kernel_on_the_tiles_it_was_measured_on():
@@ -328,7 +351,10 @@ INTERPRETER_CASES = {
                                                 "num_warps": 4, "num_stages": 2, "SPLIT_K": 4}),
                # More splits than K iterations: the idle programs must add nothing.
                ({"M": 16, "N": 32, "K": 64}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1,
-                                               "num_warps": 4, "num_stages": 2, "SPLIT_K": 16})],
+                                               "num_warps": 4, "num_stages": 2, "SPLIT_K": 16}),
+               # The TMA kernel: tiles past every edge (M 40 of 48, N 72 of 96, K 56 of 64), grouped.
+               ({"M": 40, "N": 72, "K": 56}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2,
+                                               "num_warps": 4, "num_stages": 3, "TMA": 1})],
     "softmax": [({"rows": 5, "cols": 300}, {"BLOCK": 128, "num_warps": 4, "num_stages": 1}),
                 ({"rows": 3, "cols": 100}, {"BLOCK": 256, "num_warps": 1, "num_stages": 2})],
     "attention": [({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16, "CAUSAL": False},

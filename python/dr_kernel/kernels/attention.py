@@ -13,7 +13,7 @@ import math
 import triton
 import triton.language as tl
 
-from .base import BuiltinKernel, Pointer, cdiv
+from .base import BuiltinKernel, Pointer, cdiv, ensure_allocator
 
 
 # The parameter names are the recorded kernel's, O included, so the source stays the one measured.
@@ -170,26 +170,9 @@ def _launch(fn, inputs, config):
         "attention tensors must be contiguous and share their strides"
     grid = (cdiv(N, config["BLOCK_M"]), Z * H)
     if config.get("TMA", 0):
-        _ensure_allocator()
+        ensure_allocator()
     return fn[grid](q, k, v, o, inputs["sm_scale"], q.stride(0), q.stride(1), q.stride(2), H, N,
                     HEAD_DIM=D, CAUSAL=inputs["causal"], **_kernel_config(config))
-
-
-def _ensure_allocator():
-    # A kernel that makes tensor descriptors on the GPU writes them to scratch memory that its
-    # launcher asks Triton's allocator for, and Triton has none until a program sets one (per
-    # thread: it is a context variable). One from PyTorch's caching allocator is set where the
-    # calling context has none; a program's own allocator is left alone.
-    from triton.runtime import _allocation
-
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        triton.set_allocator(_scratch)
-
-
-def _scratch(size, alignment, stream):
-    import torch
-
-    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def _reference(inputs):

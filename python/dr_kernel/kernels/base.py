@@ -139,6 +139,25 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def ensure_allocator() -> None:
+    """Sets Triton's allocator to one from PyTorch's caching allocator where the calling context
+    has none. A kernel that makes tensor descriptors on the GPU (tl.make_tensor_descriptor)
+    writes them to scratch memory that its launcher asks Triton's allocator for, and Triton has
+    none until a program sets one (per thread: it is a context variable); a program's own
+    allocator is left alone."""
+    import triton
+    from triton.runtime import _allocation
+
+    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
+        triton.set_allocator(_scratch)
+
+
+def _scratch(size, alignment, stream):
+    import torch
+
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
 @dataclass
 class BuiltinKernel:
     """One built-in Triton kernel family with everything needed to tune it.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .base import BuiltinKernel, Pointer, cdiv
+from .base import BuiltinKernel, Pointer, cdiv, ensure_allocator
 
 
 @triton.jit
@@ -134,6 +134,26 @@ def matmul_aligned_kernel(a_ptr, b_ptr, c_ptr, M, n_units, k_units, sam_units, s
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
+@triton.jit
+def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    # matmul_kernel's tiles and order through Hopper's tensor memory accelerator: A, B and C are
+    # behind tensor descriptors made on the GPU, so each tile of A and B is one bulk copy into
+    # shared memory (rows and columns past the matrix's edge read as zeros) and C's tile one bulk
+    # store (clipped at the edge): no address arithmetic, masks or wrap-around in the loop. The
+    # copies need rows that start 16 bytes apart: N and K multiples of 8 (fp16/bf16).
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, [K, N], [N, 1], [BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, [M, N], [N, 1], [BLOCK_M, BLOCK_N])
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+        b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
+        acc = tl.dot(a, b, acc)
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+
+
 def row_alignment(*sizes: int) -> int:
     """The largest power of two up to 16 that divides every one of `sizes` (elements)."""
     align = 16
@@ -164,6 +184,8 @@ def _variant(config, shape):
     of 16 (2048×1000×16384 bf16: 0.67 ms recorded with one-element loads, cuBLAS 0.09)."""
     if config.get("SPLIT_K", 1) > 1:
         return matmul_splitk_kernel
+    if config.get("TMA", 0):
+        return matmul_tma_kernel
     return matmul_aligned_kernel if _aligned(shape) else matmul_kernel
 
 
@@ -200,13 +222,17 @@ def _problem(inputs):
 
 
 def _kernel_config(config):
-    # matmul_kernel has no SPLIT_K parameter: a config of 1 launches it as recorded.
-    return {k: v for k, v in config.items() if k != "SPLIT_K" or v > 1}
+    # matmul_kernel has no SPLIT_K or TMA parameter: a config of 1 and 0 launches it as recorded.
+    return {k: v for k, v in config.items() if (k != "SPLIT_K" or v > 1) and k != "TMA"}
 
 
 def _arguments(shape, dtype, config):
     # The strides are those of contiguous row-major A (M×K), B (K×N) and C (M×N), as make_inputs
     # allocates them; the unit strides therefore compile as the constant 1.
+    if config.get("TMA", 0):
+        _check_tma(shape["N"], shape["K"])
+        return {"a_ptr": Pointer(dtype), "b_ptr": Pointer(dtype), "c_ptr": Pointer(dtype),
+                "M": shape["M"], "N": shape["N"], "K": shape["K"], **_kernel_config(config)}
     if config.get("SPLIT_K", 1) > 1:
         return aligned_arguments(shape, dtype, config, row_alignment(shape["N"], shape["K"]))
     align = _aligned(shape)
@@ -231,6 +257,12 @@ def aligned_arguments(shape, dtype, config, align):
             **_kernel_config(config)}
 
 
+def _check_tma(N: int, K: int) -> None:
+    if N % 8 or K % 8:
+        raise ValueError(f"matmul with TMA = 1 needs N and K multiples of 8 (rows 16-byte aligned), not N={N}, "
+                         f"K={K}: search TMA = 0 for this problem")
+
+
 def _make_inputs(shape, dtype, device, seed):
     import torch
 
@@ -248,6 +280,12 @@ def _launch(fn, inputs, config):
     N = b.shape[1]
     split = config.get("SPLIT_K", 1)
     grid = (cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]), split)
+    if config.get("TMA", 0) and split == 1:
+        _check_tma(N, K)
+        assert a.stride() == (K, 1) and b.stride() == (N, 1) and c.stride() == (N, 1), \
+            "matmul with TMA = 1 takes contiguous row-major A, B and C"
+        ensure_allocator()
+        return fn[grid](a, b, c, M, N, K, **_kernel_config(config))
     if split > 1:
         c.zero_()  # The partial sums are added into C: part of the launch, and of its time.
     if split > 1 or _alignment_hint(N, K):  # _variant's choice, without building a shape per launch.
@@ -292,9 +330,16 @@ KERNEL = BuiltinKernel(
         # loses; on the split-K sweep of 512×512×32768 the shipped agent reached 1.05× of the
         # best in 6 evaluations (median of 10; random search 34).
         "SPLIT_K": [1],
+        # 1 launches matmul_tma_kernel (compute capability 9.0 and later; N and K multiples of 8),
+        # searched only where a space lists it (--space '{..., "TMA": [0, 1]}', with SPLIT_K 1):
+        # on the H200 its best was 0.96-1.00x the recorded kernel's on the same 24 tiles of three
+        # large problems (benchmarks/device_run.sh sweeps-mm-tma, docs/benchmarks.md), so a live
+        # tuning does not add it.
+        "TMA": [0],
     },
-    # Configs written before SPLIT_K existed (the recorded tables, users' --config) mean 1.
-    defaults={"SPLIT_K": 1},
+    # Configs written before SPLIT_K and TMA existed (the recorded tables, users' --config) mean
+    # the recorded kernel.
+    defaults={"SPLIT_K": 1, "TMA": 0},
     variant=_variant,
     _problem=_problem,
     _problem_space=_problem_space,
