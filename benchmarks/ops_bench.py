@@ -87,6 +87,21 @@ PROBLEMS: dict[str, list[tuple[dict, str]]] = {
         ({"rows": 8192, "cols": 6144}, "bf16"), ({"rows": 4000, "cols": 3000}, "fp16"),
     ],
 }
+# A linear layer with its bias and activation (ops.linear: the fused kernel against torch's F.linear
+# and F.gelu/F.silu): MLP up projections of LLMs (SiLU) and GPT-style models (GELU), from a decode
+# step's few tokens to a prefill's thousands. ACT: 1 GELU, 2 SiLU.
+PROBLEMS["linear"] = [
+    ({"M": 4096, "N": 11008, "K": 4096, "ACT": 2}, "bf16"), ({"M": 8192, "N": 4096, "K": 1024, "ACT": 1}, "fp16"),
+    ({"M": 2048, "N": 14336, "K": 4096, "ACT": 2}, "bf16"), ({"M": 8192, "N": 3072, "K": 768, "ACT": 1}, "fp16"),
+    ({"M": 4096, "N": 8192, "K": 2048, "ACT": 1}, "bf16"), ({"M": 1024, "N": 11008, "K": 4096, "ACT": 2}, "fp16"),
+    ({"M": 512, "N": 4096, "K": 1024, "ACT": 1}, "bf16"), ({"M": 16384, "N": 5120, "K": 1280, "ACT": 1}, "fp16"),
+    ({"M": 128, "N": 14336, "K": 4096, "ACT": 2}, "bf16"), ({"M": 16, "N": 11008, "K": 4096, "ACT": 2}, "fp16"),
+    ({"M": 1, "N": 14336, "K": 4096, "ACT": 2}, "bf16"), ({"M": 3000, "N": 4096, "K": 1024, "ACT": 1}, "fp16"),
+    ({"M": 4096, "N": 2816, "K": 1024, "ACT": 2}, "bf16"), ({"M": 2048, "N": 6144, "K": 1536, "ACT": 1}, "fp16"),
+    ({"M": 8192, "N": 11008, "K": 4096, "ACT": 2}, "fp16"), ({"M": 1000, "N": 3072, "K": 768, "ACT": 1}, "bf16"),
+    ({"M": 4096, "N": 4096, "K": 4096, "ACT": 1}, "fp16"), ({"M": 256, "N": 8192, "K": 2048, "ACT": 2}, "bf16"),
+    ({"M": 2047, "N": 5120, "K": 1280, "ACT": 1}, "bf16"), ({"M": 64, "N": 4096, "K": 1024, "ACT": 1}, "fp16"),
+]
 # The residual add fused with RMSNorm (ops.add_rms_norm: the fused kernel against the add and the
 # norm apart, where "torch" is the chain apart) on rms_norm's shapes.
 PROBLEMS["add_rms_norm"] = list(PROBLEMS["rms_norm"])
@@ -95,16 +110,18 @@ PROBLEMS["add_rms_norm"] = list(PROBLEMS["rms_norm"])
 TINY = {"matmul": [({"M": 40, "N": 24, "K": 32}, "fp16")], "attention": [({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16,
                                                                          "CAUSAL": True}, "fp16")],
         "softmax": [({"rows": 4, "cols": 300}, "fp16")], "rms_norm": [({"rows": 4, "cols": 300}, "bf16")],
-        "add_rms_norm": [({"rows": 4, "cols": 300}, "fp16")]}
+        "add_rms_norm": [({"rows": 4, "cols": 300}, "fp16")],
+        "linear": [({"M": 40, "N": 72, "K": 56, "ACT": 1}, "fp16")]}
 DEVICE = "cuda"
 TUNING: dict = {}  # dr_kernel.ops settings of the run (--max-evals, --stop, --tolerance).
 KERNEL = {"matmul": "matmul", "attention": "attention", "softmax": "softmax", "rms_norm": "rmsnorm",
-          "add_rms_norm": "add_rmsnorm"}
+          "add_rms_norm": "add_rmsnorm", "linear": "linear_act"}
 
 
 def name_of(family: str, shape: dict, dtype: str) -> str:
-    sizes = "x".join(str(int(v)) for k, v in shape.items() if k != "CAUSAL")
-    return f"{family}-{sizes}{'-causal' if shape.get('CAUSAL') else ''}-{dtype}"
+    sizes = "x".join(str(int(v)) for k, v in shape.items() if k not in ("CAUSAL", "ACT"))
+    act = {1: "-gelu", 2: "-silu"}.get(shape.get("ACT"), "")
+    return f"{family}-{sizes}{'-causal' if shape.get('CAUSAL') else ''}{act}-{dtype}"
 
 
 def call(family: str, shape: dict, dtype: str):
@@ -145,6 +162,15 @@ def call(family: str, shape: dict, dtype: str):
 
         return ((lambda: ops.add_rms_norm(x, r, cols, w, 1e-6)), apart,
                 (lambda c: lambda: ops._add_rms_norm_fused(c, x, r, w, 1e-6)))
+    if family == "linear":
+        from dr_kernel.kernels.linear_act import apply_activation
+
+        act, name = shape["ACT"], {1: "gelu", 2: "silu"}[shape["ACT"]]
+        x = rand(shape["M"], shape["K"])
+        w = ((torch.rand(shape["N"], shape["K"], generator=g, device=DEVICE) * 2 - 1) * shape["K"] ** -0.5).to(t)
+        b = ((torch.rand(shape["N"], generator=g, device=DEVICE) * 2 - 1) * shape["K"] ** -0.5).to(t)
+        return ((lambda: ops.linear(x, w, b, name)), (lambda: apply_activation(act, F.linear(x, w, b))),
+                (lambda c: lambda: ops._linear_triton(c, x, w, b, act)))
     size = (shape["Z"], shape["H"], shape["N_CTX"], shape["HEAD_DIM"])
     q, k, v = rand(*size), rand(*size), rand(*size)
     causal = shape["CAUSAL"]

@@ -8,6 +8,7 @@ built-in Triton kernel at its tuned config, or torch's own operator.
     y = ops.rms_norm(x, (x.shape[-1],), w, eps)   # torch.nn.functional.rms_norm
     o = ops.attention(q, k, v, is_causal=True)    # torch.nn.functional.scaled_dot_product_attention
     y, h = ops.add_rms_norm(x, r, (x.shape[-1],), w, eps)  # h = x + r; rms_norm(h, ...), fused or not
+    y = ops.linear(x, w, b, activation="gelu")     # F.gelu(F.linear(x, w, b)), fused or not
 
 The first call on a new problem (operator, sizes, dtype, GPU) tunes the built-in kernel for it (the
 agent, `stop="auto"`, in a measuring process, as `dr-kernel tune` does), then races the call
@@ -15,7 +16,8 @@ through the winner against the call through torch's operator, in this process, o
 tensors, in alternating rounds timed two ways: alone on the GPU (L2 flushed, the host's launch
 hidden) and call after call (where a small problem's time is the host's). The Triton kernel serves
 the problem only when it is faster by `margin` on both counts: torch is one more variant of the
-search. For a chain (add_rms_norm) the variants are the fused kernel and the operators apart.
+search. For a chain (add_rms_norm, linear with an activation) the variants are the fused kernel
+and torch's operators apart.
 With `configure(tolerance=t)` matmul also offers fp8: its operands quantised to e4m3 (a scale per
 row of A and per column of B) and multiplied by the fp8_matmul kernel, raced only when its result
 on the first call's inputs is within relative error t of the fp32 result.
@@ -330,6 +332,48 @@ def _add_rms_norm_fused(choice: Choice, x, residual, weight, eps: float):
     choice.launch({"x": x2, "r": r2, "w": weight, "out": out, "eps": eps})
     y, h = out.unbind(0)
     return y.view(x.shape), h.view(x.shape)
+
+
+_ACTIVATIONS = {None: 0, "gelu": 1, "silu": 2}
+
+
+def linear(x, weight, bias=None, activation: str | None = None):
+    """torch.nn.functional.linear(x, weight, bias), then `activation`: None, "gelu" (F.gelu, erf)
+    or "silu" (F.silu) — an MLP's projection and its activation. Served by the fused kernel
+    (linear_act: the bias and the activation applied to the accumulator before its one store) or
+    by torch's operators, as the race finds faster. The kernel serves row-major fp16/bf16 `x` (any
+    batch dimensions), a contiguous `weight` (N×K, as nn.Linear keeps it) and a bias of their dtype."""
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"dr_kernel.ops.linear: activation={activation!r}: give None, 'gelu' or 'silu'")
+    act = _ACTIVATIONS[activation]
+    if (type(x) is _Tensor and type(weight) is _Tensor and type(bias) is _Tensor and x.dtype in _HALF
+            and weight.dtype == x.dtype == bias.dtype and x.dim() >= 1 and weight.dim() == 2 and bias.dim() == 1
+            and x.shape[-1] == weight.shape[1] and bias.shape[0] == weight.shape[0] and x.is_contiguous()
+            and weight.is_contiguous() and bias.is_contiguous() and not _needs_grad(x, weight, bias)
+            and x.device == weight.device == bias.device):
+        device = x.device
+        index = ("linear", x.shape, weight.shape, x.dtype, device, act)
+        choice = _served.get(index)
+        if choice is None and _runnable(device) and x.numel() > 0 and weight.numel() > 0:
+            N, K = weight.shape
+            choice = _choose(index, "linear", "linear_act", {"M": x.numel() // K, "N": N, "K": K, "ACT": act},
+                             x.dtype, device, lambda c: _linear_triton(c, x, weight, bias, act),
+                             lambda: _linear_torch(x, weight, bias, act))
+        if choice is not None and choice.variant == "triton":
+            return _linear_triton(choice, x, weight, bias, act)
+    return _linear_torch(x, weight, bias, act)
+
+
+def _linear_torch(x, weight, bias, act: int):
+    y = F.linear(x, weight, bias)
+    return F.gelu(y) if act == 1 else F.silu(y) if act == 2 else y
+
+
+def _linear_triton(choice: Choice, x, weight, bias, act: int):
+    N, K = weight.shape
+    y = torch.empty((*x.shape[:-1], N), device=x.device, dtype=x.dtype)
+    choice.launch({"x": x.view(-1, K), "w": weight, "bias": bias, "y": y.view(-1, N), "act": act})
+    return y
 
 
 def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,

@@ -229,7 +229,7 @@ def _kernel_config(config):
 def _arguments(shape, dtype, config):
     # The strides are those of contiguous row-major A (M×K), B (K×N) and C (M×N), as make_inputs
     # allocates them; the unit strides therefore compile as the constant 1.
-    if config.get("TMA", 0):
+    if config.get("TMA", 0) and config.get("SPLIT_K", 1) == 1:  # As _variant: a split takes precedence.
         _check_tma(shape["N"], shape["K"])
         return {"a_ptr": Pointer(dtype), "b_ptr": Pointer(dtype), "c_ptr": Pointer(dtype),
                 "M": shape["M"], "N": shape["N"], "K": shape["K"], **_kernel_config(config)}
