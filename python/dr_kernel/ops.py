@@ -27,7 +27,7 @@ choice goes to the results store (DR_KERNEL_DB or the user's cache): the next pr
 without measuring anything. `decisions()` lists this process's choices. docs/ops.md has more.
 
 Calls the built-in kernels do not cover go to torch unchanged, with torch's own errors: other
-dtypes (matmul and attention take fp16 and bf16; softmax, rms_norm and add_rms_norm also fp32),
+dtypes (matmul, linear and attention take fp16 and bf16; softmax, rms_norm and add_rms_norm also fp32),
 inputs that need gradients, layouts other than row-major (a transposed weight, a strided view),
 masks, dropout, key and value lengths other than the query's, softmax along another dimension. A
 tuning that fails (no config ran correctly, the GPU went away) is reported once as a warning and
