@@ -57,6 +57,7 @@ import torch.nn.functional as F
 
 from .direct_launch import DirectLaunch
 from .kernels.fp8_matmul import quantise_columns, quantise_rows
+from .kernels.linear_act import apply_activation
 from .kernels.matmul import row_alignment
 
 # "fp8": matmul's operands quantised to e4m3 with a scale per row of A and per column of B, multiplied
@@ -365,8 +366,7 @@ def linear(x, weight, bias=None, activation: str | None = None):
 
 
 def _linear_torch(x, weight, bias, act: int):
-    y = F.linear(x, weight, bias)
-    return F.gelu(y) if act == 1 else F.silu(y) if act == 2 else y
+    return apply_activation(act, F.linear(x, weight, bias))
 
 
 def _linear_triton(choice: Choice, x, weight, bias, act: int):
