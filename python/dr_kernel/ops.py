@@ -322,17 +322,14 @@ def _add_rms_norm_torch(x, residual, normalized_shape, weight, eps):
 
 
 def _add_rms_norm_fused(choice: Choice, x, residual, weight, eps: float):
-    # Few tensor operations around the launch: a small problem's call is the host's time.
-    if x.dim() == 2:
-        out = torch.empty((2, *x.shape), device=x.device, dtype=x.dtype)
-        choice.launch({"x": x, "r": residual, "w": weight, "out": out, "eps": eps})
-        return out.unbind(0)
-    cols = x.shape[-1]
-    x2, r2 = x.view(-1, cols), residual.view(-1, cols)
-    out = torch.empty((2, x2.shape[0], cols), device=x.device, dtype=x.dtype)
+    # Few tensor operations around the launch (no views of 2-D operands, one unbind): a small
+    # problem's call is the host's time.
+    flat = x.dim() == 2
+    x2, r2 = (x, residual) if flat else (x.view(-1, x.shape[-1]), residual.view(-1, x.shape[-1]))
+    out = torch.empty((2, *x2.shape), device=x.device, dtype=x.dtype)
     choice.launch({"x": x2, "r": r2, "w": weight, "out": out, "eps": eps})
     y, h = out.unbind(0)
-    return y.view(x.shape), h.view(x.shape)
+    return (y, h) if flat else (y.view(x.shape), h.view(x.shape))
 
 
 _ACTIVATIONS = {None: 0, "gelu": 1, "silu": 2}
