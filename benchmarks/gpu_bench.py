@@ -406,15 +406,16 @@ def summary(out: Path) -> str:
         if not path.exists():
             continue
         r = json.loads(path.read_text())
-        autotune = r.get("autotune", {})
-        dr, at, torch_ms = r["dr_kernel"].get("ms"), autotune.get("ms"), r["torch"]["ms"]
+        autotune, full = r.get("autotune", {}), r.get("dr_kernel_budget", {})
+        # A run with --stops budget alone has no stop=auto session: its columns show the budget one's.
+        d = r.get("dr_kernel") or full
+        dr, at, torch_ms = d.get("ms"), autotune.get("ms"), r["torch"]["ms"]
         fmt = lambda v: f"{v:9.4f}" if v is not None else f"{'-':>9}"  # noqa: E731
         ratio = lambda a, b: f"{a / b:6.2f}" if a and b else f"{'-':>6}"  # noqa: E731
-        d, full = r["dr_kernel"], r.get("dr_kernel_budget", {})
+        evals = f"{d['evaluations']} ({d['refused']}, {d['copied']})" if d else "-"
         rows.append(f"{name:<31} {fmt(dr)} {fmt(at)} {fmt(torch_ms)} {ratio(dr, at)} {ratio(dr, torch_ms):>8} "
-                    f"{d['tuning_wall_s']:9.1f} {autotune.get('tuning_wall_s', float('nan')):9.1f} "
-                    f"{str(d['evaluations']) + ' (' + str(d['refused']) + ', ' + str(d['copied']) + ')':>24} "
-                    f"{fmt(full.get('ms'))} {full.get('tuning_wall_s', float('nan')):8.1f}")
+                    f"{d.get('tuning_wall_s', float('nan')):9.1f} {autotune.get('tuning_wall_s', float('nan')):9.1f} "
+                    f"{evals:>24} {fmt(full.get('ms'))} {full.get('tuning_wall_s', float('nan')):8.1f}")
     text = ["kernel ms (do_bench median, L2 cleared); dr/at and dr/torch < 1 mean dr_kernel's winner is faster; "
             "budget: the session with stop=budget, when run",
             header, "-" * len(header), *rows]
