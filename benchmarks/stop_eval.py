@@ -1,12 +1,15 @@
 """Adaptive stopping in replay (issue 10): evaluations used against the quality reached, with the
-agent on kernel families it has never seen (leave-one-family-out, the shipped recipe).
+agent on kernel families it has never seen (leave-one-family-out, the shipped recipe), or on
+shapes it has never seen of families it knows (`--holdout problem`: what a GPU session of the
+shipped agent meets on a user's new shape).
 
     .venv/bin/python benchmarks/stop_eval.py [--stops 0,0.05,0.1,0.2] [--budget 100] [--repeats 10] [--json OUT]
+        [--holdout family|problem] [--option stop_local=1]
 
-For each family: the agent is trained once on the other families' tables, then each problem of
-the family is replayed with ppo's `stop` option at each threshold (0: the whole budget). Per
-threshold: the median evaluations a session used, the median of its final best over the table's
-best, and how many problems ended more than 5 % above the best (median run).
+For each family (each problem): the agent is trained once on the other families' (problems')
+tables, then each held-out problem is replayed with ppo's `stop` option at each threshold (0: the
+whole budget). Per threshold: the median evaluations a session used, the median of its final best
+over the table's best, and how many problems ended more than 5 % above the best (median run).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
     from dr_kernel import MODEL_FILE, POLICY_FILE, _core, bundled_tables
-    from dr_kernel.holdout import use_agent_without
+    from dr_kernel.holdout import BC_EPISODES, PPO_STEPS, SYNTHETIC, use_agent_without
 
     p = argparse.ArgumentParser()
     p.add_argument("--stops", default="0,0.05,0.1,0.2")
@@ -34,6 +37,7 @@ def main() -> int:
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="another ppo option for every stopping run (stop_gain, stop_after, stop_trust)")
     p.add_argument("--agents", type=Path, help="keep (and reuse) each family's trained agent in this folder")
+    p.add_argument("--holdout", choices=["family", "problem"], default="family")
     args = p.parse_args()
     stops = [float(s) for s in args.stops.split(",")]
     extra = {k: float(v) for k, v in (o.split("=", 1) for o in args.option)}
@@ -43,9 +47,15 @@ def main() -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.agents or Path(scratch)
-        for family in families:
-            use_agent_without(family, tables, folder)
-            held = [t for t in tables if t.problem["family"] == family]
+        if args.holdout == "family":
+            groups = [(family, lambda family=family: use_agent_without(family, tables, folder),
+                       [t for t in tables if t.problem["family"] == family]) for family in families]
+        else:
+            groups = [(f"problem {i} ({t.problem['family']})",
+                       lambda i=i: _agent_without_problem(_core, tables, i, Path(folder), PPO_STEPS, BC_EPISODES,
+                                                          SYNTHETIC), [t]) for i, t in enumerate(tables)]
+        for family, load, held in groups:
+            load()
             for stop in stops:
                 options = {"stop": stop, **extra} if stop > 0 else {}
                 report = json.loads(_core.replay(held, "ppo", args.budget, args.repeats, 1.05, 0, options).to_json())
@@ -67,6 +77,18 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0
+
+
+def _agent_without_problem(core, tables, i: int, folder: Path, ppo_steps: int, bc_episodes: int,
+                           synthetic: int) -> None:
+    """Loads the agent trained with the shipped recipe on every table but the i-th (trained and
+    saved under `folder` the first time)."""
+    policy, model = folder / f"problem{i}.policy.bin", folder / f"problem{i}.model.bin"
+    if not (policy.exists() and model.exists()):
+        folder.mkdir(parents=True, exist_ok=True)
+        core.train_agent([t for j, t in enumerate(tables) if j != i], ppo_steps, bc_episodes, synthetic, 0,
+                         str(policy), str(model))
+    core.load_agent(str(policy), str(model))
 
 
 if __name__ == "__main__":

@@ -258,6 +258,34 @@ double Walk::GainChance(double gain) const {
   return most;
 }
 
+std::vector<Config> Walk::UncheckedNeighbours() const {
+  uint64_t incumbent = 0;
+  double incumbent_log = kInf;
+  for (const auto& [index, result] : measured_) {
+    // Ties go to the lower index, so that the result does not depend on the map's order.
+    if (result.ok && (result.log_ms < incumbent_log || (result.log_ms == incumbent_log && index < incumbent))) {
+      incumbent_log = result.log_ms;
+      incumbent = index;
+    }
+  }
+  if (!std::isfinite(incumbent_log)) return {};
+  std::vector<std::pair<double, Config>> unchecked;
+  for (Config& c : space_.Neighbours(space_.FromIndex(incumbent))) {
+    const uint64_t index = space_.Index(c);
+    if (measured_.count(index) || Covered(c)) continue;
+    double mean = 0, p_fail = 0;
+    Beliefs(index, space_.Encode(c), &mean, nullptr, &p_fail);
+    if (p_fail > 0.5) continue;
+    unchecked.emplace_back(mean, std::move(c));
+  }
+  std::stable_sort(unchecked.begin(), unchecked.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Config> out;
+  out.reserve(unchecked.size());
+  for (auto& u : unchecked) out.push_back(std::move(u.second));
+  return out;
+}
+
 std::optional<Config> Walk::JumpTarget() const {
   if (jump_known_) return jump_;
   jump_known_ = true;

@@ -128,6 +128,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   const double stop_gain = options.Get("stop_gain");
   const int64_t stop_after = options.Int("stop_after");
   const double stop_trust = options.Get("stop_trust");
+  const bool stop_local = options.Get("stop_local") > 0;
 
   for (;;) {
     std::vector<std::pair<int, agent::Move>> proposals;
@@ -200,8 +201,27 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     // Stop when even the most promising untried config is unlikely to be `stop_gain` faster than
     // the best (below `stop`), by beliefs the session trusts (low trust: they are no guide).
     if (stop > 0 && evaluator.evals() >= stop_after && !evaluator.exhausted() &&
-        walks[0].trust() >= stop_trust && walks[0].GainChance(stop_gain) < stop)
-      return;
+        walks[0].trust() >= stop_trust && walks[0].GainChance(stop_gain) < stop) {
+      if (!stop_local) return;
+      // Before ending, the incumbent must be a local optimum: its untried one-step neighbours are
+      // measured as one batch (compiled in parallel, ahead of need by the session's prefetching),
+      // and from a faster one the same again, until none is faster or the budget is spent. The
+      // beliefs that said "nothing to gain" were fitted on what the walk measured, which is often
+      // one region of the space; a neighbour is where they are least extrapolated.
+      for (;;) {
+        auto unchecked = walks[0].UncheckedNeighbours();
+        if (unchecked.empty()) return;
+        const int64_t left = evaluator.evals_left();
+        if (left <= 0) return;
+        if (static_cast<int64_t>(unchecked.size()) > left) unchecked.resize(static_cast<size_t>(left));
+        const double before = walks[0].best_log_ms();
+        const auto checked = evaluator.Evaluate(unchecked);
+        for (size_t i = 0; i < unchecked.size(); ++i)
+          for (auto& w : walks) w.Record(unchecked[i], checked[i]);
+        if (evaluator.exhausted()) return;
+        if (!(walks[0].best_log_ms() < before)) return;  // The incumbent stands: a local optimum.
+      }
+    }
     since_update += static_cast<int64_t>(batch.size());
     if (learn && since_update >= learn_every) {
       since_update = 0;
@@ -240,6 +260,8 @@ StrategyInfo PpoStrategy() {
            {"stop_gain", "the gain, as a fraction, that adaptive stopping looks for", 0.05},
            {"stop_after", "measurements before adaptive stopping may end a session", 6},
            {"stop_trust", "trust in the beliefs below which adaptive stopping never ends a session", 0.5},
+           {"stop_local", "1: before adaptive stopping ends a session, measure the best config's untried one-step "
+                          "neighbours (and a faster one's, in turn) so that it ends on a local optimum", 0},
            {"inert", "after this many pairs of configs that differ in one parameter only and measured the same "
                      "time (the same binary, copied), and none that differed, the parameter is inert: no move "
                      "or jump measures a config whose other values were measured (0: off)", agent::kInertPairs}},

@@ -219,5 +219,36 @@ TEST(PpoTest, AdaptiveStoppingEndsSessionsThatHaveFoundTheBestAndKeepsTheirBest)
   EXPECT_GE(stopped_early, static_cast<int>(Tables().size()) / 2);
 }
 
+TEST(PpoTest, StoppingOnALocalOptimumMeasuresTheBestConfigsNeighboursBeforeEnding) {
+  // With stop_local, a session that the stop rule would end first measures the untried one-step
+  // neighbours of its best config, and moves on from a faster one: it ends where no recorded
+  // neighbour of its best is faster, after the same path as the plain stopping session up to
+  // that one's end.
+  EnsureAgent();
+  int went_further = 0, ended_early = 0;
+  for (const auto& table : Tables()) {
+    ReplayEnv plain_env(table), local_env(table);
+    Evaluator plain(plain_env, Budget{60}), local(local_env, Budget{60});
+    RunStrategy("ppo", plain, 2, {{"stop", 0.1}});
+    RunStrategy("ppo", local, 2, {{"stop", 0.1}, {"stop_local", 1}});
+    ASSERT_GE(local.evals(), plain.evals()) << table.problem.Label();
+    for (int64_t i = 0; i < plain.evals(); ++i)
+      ASSERT_EQ(local.history()[i].config, plain.history()[i].config) << table.problem.Label();
+    went_further += local.evals() > plain.evals();
+    if (local.exhausted() || local.best() == nullptr) continue;
+    ++ended_early;
+    const Space& space = local_env.space();
+    for (const Config& next : space.Neighbours(local.best()->config)) {
+      const Measurement* recorded = local_env.Lookup(next);
+      if (recorded == nullptr || !recorded->ok() || local.Seen(next)) continue;
+      // Left untried only where the walk believed it would fail or its binary was measured.
+      EXPECT_GE(recorded->ms, local.best_ms() * 0.98)
+          << table.problem.Label() << ": a faster neighbour of the best was never measured";
+    }
+  }
+  EXPECT_GE(ended_early, static_cast<int>(Tables().size()) / 2);
+  EXPECT_GE(went_further, 1);
+}
+
 }  // namespace
 }  // namespace dr_kernel

@@ -156,6 +156,11 @@ class Walk {
   // believed less) and its failure belief. 1 before three configs ran, 0 when none is untried.
   // Draws nothing from the walk's random stream.
   double GainChance(double gain) const;
+  // The one-step neighbours of the fastest config measured (the incumbent) that are neither
+  // measured nor covered by a measured binary, leaving out those believed to fail (PFail above
+  // one half); the most promising (lowest believed time) first. Empty when the incumbent is a
+  // local optimum as far as the walk can tell, or when nothing ran yet.
+  std::vector<Config> UncheckedNeighbours() const;
 
   // Spearman rank correlation between predictions made just before measuring and the measured
   // times, over the ok measurements (0 with fewer than TrustConfig::min_pairs of them).
