@@ -13,7 +13,8 @@ and once, on a tiny softmax, (d) the microseconds one launch takes through @opti
 winner), through triton.autotune (cached winner) and through the bare @triton.jit kernel.
 
 All kernel times in the summary are re-measured with one method, triton.testing.do_bench (L2
-cleared before each launch, median), so that the three columns compare like with like; the times
+cleared before each launch, median), in turns (ROUNDS rounds, each contender once per round, the
+median kept), so that the three columns compare like with like; the times
 each tuner saw while tuning are kept in the result files too. Each tuner starts from an empty
 Triton cache of its own, so neither profits from the other's compiles.
 
@@ -40,6 +41,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -50,6 +52,8 @@ if importlib.util.find_spec("dr_kernel") is None:
     # Not installed and PYTHONPATH=python forgotten: use the repository's package (its _core built
     # in place). The worker processes inherit this path.
     sys.path.insert(0, str(ROOT / "python"))
+
+ROUNDS = 4  # Turns of the closing timings: each contender timed once per turn, the median kept.
 
 # name → (built-in kernel, shape). The shapes of the recorded H200 tables, plus an odd N (no tile
 # divides it, and its strides are not multiples of 16, so loads cannot be vectorised as widely).
@@ -154,7 +158,7 @@ def bench_ms(fn, quick: bool) -> float:
 
     if SMOKE["on"]:
         return cpu_bench(fn)
-    return float(triton.testing.do_bench(fn, warmup=25, rep=50 if quick else 200, return_mode="median"))
+    return float(triton.testing.do_bench(fn, warmup=25, rep=50 if quick else 60, return_mode="median"))
 
 
 def cpu_bench(fn, reps: int = 2) -> float:
@@ -269,12 +273,13 @@ def run_problem(name: str, args, store) -> dict:
         print(f"  dr_kernel {args.strategy} stop={stop}: {session.evaluations} evaluations in {session.wall_s:.1f} s "
               f"(measured {session.measured}, refused {session.refused}, copied {session.copied})", flush=True)
 
-    # (c) and the winners, all timed alike.
+    # (c) and the winners, all timed alike: in turns (the median of ROUNDS rounds of all of them),
+    # so that a drift of the clocks, or a busy host, weighs on each alike.
     flops, moved = kernel.flops(shape), kernel.bytes(shape, "fp16")
     peak = limits.peak_tflops("fp16", kernel.tensor_cores), limits.peak_gbps
-    timed = {"torch": bench_ms(lambda: kernel.framework(inputs), args.quick)}
+    contenders = {"torch": lambda: kernel.framework(inputs)}
     if launch is not None:
-        timed["autotune"] = bench_ms(lambda: launch(inputs), args.quick)
+        contenders["autotune"] = lambda: launch(inputs)
     for stop, session in sessions.items():
         if session.best_config is None:
             continue
@@ -283,7 +288,13 @@ def run_problem(name: str, args, store) -> dict:
         kernel.launch(inputs, best)
         synchronize()
         result[who]["relerr"] = relative_error(kernel.output(inputs), kernel.reference(inputs))
-        timed[who] = bench_ms(lambda best=best: kernel.launch(inputs, best), args.quick)
+        contenders[who] = lambda best=best: kernel.launch(inputs, best)
+    rounds = {who: [] for who in contenders}
+    for _ in range(1 if smoke or args.quick else ROUNDS):
+        for who, fn in contenders.items():
+            rounds[who].append(bench_ms(fn, args.quick))
+    timed = {who: statistics.median(ms) for who, ms in rounds.items()}
+    result["timing_rounds_ms"] = rounds
     result["torch"] = {"name": kernel.reference_name}
     for who, ms in timed.items():
         result[who]["ms"] = ms
