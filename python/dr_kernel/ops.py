@@ -57,7 +57,7 @@ import torch.nn.functional as F
 
 from .direct_launch import DirectLaunch
 from .kernels.fp8_matmul import quantise_columns, quantise_rows
-from .kernels.linear_act import apply_activation
+from .kernels.linear_act import ACTIVATIONS, apply_activation
 from .kernels.matmul import row_alignment
 
 # "fp8": matmul's operands quantised to e4m3 with a scale per row of A and per column of B, multiplied
@@ -332,7 +332,8 @@ def _add_rms_norm_fused(choice: Choice, x, residual, weight, eps: float):
     return (y, h) if flat else (y.view(x.shape), h.view(x.shape))
 
 
-_ACTIVATIONS = {None: 0, "gelu": 1, "silu": 2}
+# The kernel's activation codes by ops.linear's names (None for "none").
+_ACTIVATIONS = {(None if name == "none" else name): code for code, name in ACTIVATIONS.items()}
 
 
 def linear(x, weight, bias=None, activation: str | None = None):
