@@ -23,7 +23,8 @@ def make_space(
     ``{"BLOCK_M": [64, 128, 256], "num_warps": [4, 8]}``. ``configs`` is instead a list of
     ``triton.Config`` (or of dicts), as given to ``triton.autotune``: the space is the product of
     their values restricted to exactly those configs. ``constraints`` are Python-syntax expressions
-    over parameter names ("BLOCK_M * BLOCK_N <= 128 * 128"); ``predicate`` is any callable taking a
+    over parameter names ("BLOCK_M * BLOCK_N <= 128 * 128"; also ``min``, ``max`` and ``cdiv`` as
+    triton.cdiv); ``predicate`` is any callable taking a
     config dict (slower: it runs in Python for every config it checks).
     """
     if (space is None) == (configs is None):

@@ -35,7 +35,8 @@ using Config = std::vector<int32_t>;
 
 // A constraint written as an expression over parameter names, in Python syntax:
 // "BLOCK_M * BLOCK_N <= 128 * 128 and (num_warps >= 4 or BLOCK_M < 128)". Supported: numbers,
-// names, + - * / // % **, comparisons, and/or/not, parentheses, min(a, b) and max(a, b).
+// names, + - * / // % **, comparisons, and/or/not, parentheses, min(a, b), max(a, b) and cdiv(a, b)
+// (triton.cdiv: the blocks of b that cover a).
 class Constraint {
  public:
   // Compiles `text` against the parameter names; throws SpaceError naming the problem.

@@ -12,7 +12,7 @@ namespace dr_kernel {
 
 struct Constraint::Program {
   enum Op { kNum, kVar, kNeg, kNot, kAdd, kSub, kMul, kDiv, kFloorDiv, kMod, kPow,
-            kLt, kLe, kGt, kGe, kEq, kNe, kAnd, kOr, kMin, kMax };
+            kLt, kLe, kGt, kGe, kEq, kNe, kAnd, kOr, kMin, kMax, kCdiv };
   struct Node {
     Op op;
     double num = 0;  // kNum.
@@ -50,6 +50,7 @@ struct Constraint::Program {
       case kNe: return x != y;
       case kMin: return std::min(x, y);
       case kMax: return std::max(x, y);
+      case kCdiv: return std::ceil(x / y);
       default: return 0.0;
     }
   }
@@ -233,6 +234,14 @@ class Parser {
       Expect(")");
       if (count < 2) Fail(tok + "() needs at least two arguments");
       return acc;
+    }
+    if (tok == "cdiv") {  // triton.cdiv(a, b): the blocks of size b that cover a.
+      Expect("(");
+      const int a = Or();
+      Expect(",");
+      const int b = Or();
+      Expect(")");
+      return Add(Program::kCdiv, a, b);
     }
     if (std::isalpha(static_cast<unsigned char>(tok[0])) || tok[0] == '_') {
       const auto it = std::find(names_.begin(), names_.end(), tok);

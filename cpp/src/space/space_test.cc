@@ -26,11 +26,13 @@ TEST(ConstraintTest, FollowsPythonSemantics) {
   EXPECT_TRUE(holds("-7 % 3 == 2", 0, 0));  // Python's modulo sign.
   EXPECT_TRUE(holds("2 ** a == 8 && min(a, b, 9) == 3 || False", 3, 10));
   EXPECT_TRUE(holds("max(a, b) / 2 == 2.5e0", 5, 1));
+  EXPECT_TRUE(holds("cdiv(a, b) == 3 and cdiv(a - 1, b) == 2", 61, 30));  // triton.cdiv.
+  EXPECT_TRUE(holds("cdiv(a, 64) * 64 - a == 3 and cdiv(-a, b) == -2", 61, 30));  // Rounds up, as triton.cdiv.
 }
 
 TEST(ConstraintTest, ErrorsNameTheInputAndTheFix) {
   const std::vector<std::string> names = {"BLOCK_M"};
-  for (const char* bad : {"BLOCK_Q < 4", "BLOCK_M <", "(BLOCK_M < 4", "BLOCK_M $ 4", "min(BLOCK_M)"}) {
+  for (const char* bad : {"BLOCK_Q < 4", "BLOCK_M <", "(BLOCK_M < 4", "BLOCK_M $ 4", "min(BLOCK_M)", "cdiv(BLOCK_M)"}) {
     try {
       Constraint(bad, names);
       FAIL() << "accepted " << bad;
