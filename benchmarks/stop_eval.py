@@ -38,6 +38,7 @@ def main() -> int:
                    help="another ppo option for every stopping run (stop_gain, stop_after, stop_trust)")
     p.add_argument("--agents", type=Path, help="keep (and reuse) each family's trained agent in this folder")
     p.add_argument("--holdout", choices=["family", "problem"], default="family")
+    p.add_argument("--seed", type=int, default=0, help="training seed of the held-out agents (0: the shipped recipe's)")
     args = p.parse_args()
     stops = [float(s) for s in args.stops.split(",")]
     extra = {k: float(v) for k, v in (o.split("=", 1) for o in args.option)}
@@ -48,12 +49,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.agents or Path(scratch)
         if args.holdout == "family":
-            groups = [(family, lambda family=family: use_agent_without(family, tables, folder),
+            groups = [(family, lambda family=family: use_agent_without(family, tables, folder, seed=args.seed),
                        [t for t in tables if t.problem["family"] == family]) for family in families]
         else:
             groups = [(f"problem {i} ({t.problem['family']})",
                        lambda i=i: _agent_without_problem(_core, tables, i, Path(folder), PPO_STEPS, BC_EPISODES,
-                                                          SYNTHETIC), [t]) for i, t in enumerate(tables)]
+                                                          SYNTHETIC, args.seed), [t]) for i, t in enumerate(tables)]
         for family, load, held in groups:
             load()
             for stop in stops:
@@ -80,13 +81,13 @@ def main() -> int:
 
 
 def _agent_without_problem(core, tables, i: int, folder: Path, ppo_steps: int, bc_episodes: int,
-                           synthetic: int) -> None:
+                           synthetic: int, seed: int) -> None:
     """Loads the agent trained with the shipped recipe on every table but the i-th (trained and
     saved under `folder` the first time)."""
     policy, model = folder / f"problem{i}.policy.bin", folder / f"problem{i}.model.bin"
     if not (policy.exists() and model.exists()):
         folder.mkdir(parents=True, exist_ok=True)
-        core.train_agent([t for j, t in enumerate(tables) if j != i], ppo_steps, bc_episodes, synthetic, 0,
+        core.train_agent([t for j, t in enumerate(tables) if j != i], ppo_steps, bc_episodes, synthetic, seed,
                          str(policy), str(model))
     core.load_agent(str(policy), str(model))
 
