@@ -106,18 +106,44 @@ PROBLEMS["linear"] = [
 # The residual add fused with RMSNorm (ops.add_rms_norm: the fused kernel against the add and the
 # norm apart, where "torch" is the chain apart) on rms_norm's shapes.
 PROBLEMS["add_rms_norm"] = list(PROBLEMS["rms_norm"])
+# Scale, mask and softmax (ops.masked_softmax: the fused kernel against torch's multiply, add and
+# softmax apart): attention scores of (batch · heads · queries) rows over keys, under a causal
+# (queries, keys) mask repeated over batch and heads, or without a mask; odd lengths among them.
+PROBLEMS["masked_softmax"] = [
+    ({"rows": 32 * 2048, "cols": 2048, "mask_rows": 2048}, "fp16"),
+    ({"rows": 32 * 1024, "cols": 4096, "mask_rows": 1024}, "bf16"),
+    ({"rows": 16 * 512, "cols": 512, "mask_rows": 512}, "fp16"),
+    ({"rows": 64 * 128, "cols": 128, "mask_rows": 128}, "bf16"),
+    ({"rows": 8 * 4096, "cols": 4096, "mask_rows": 4096}, "fp16"),
+    ({"rows": 12 * 1000, "cols": 1000, "mask_rows": 1000}, "bf16"),
+    ({"rows": 32 * 77, "cols": 77, "mask_rows": 77}, "fp16"),
+    ({"rows": 16 * 2047, "cols": 2047, "mask_rows": 2047}, "bf16"),
+    ({"rows": 32 * 256, "cols": 8192, "mask_rows": 256}, "fp16"),
+    ({"rows": 40 * 64, "cols": 16384, "mask_rows": 64}, "bf16"),
+    ({"rows": 8192, "cols": 3000, "mask_rows": 0}, "fp16"),
+    ({"rows": 32 * 2048, "cols": 2048, "mask_rows": 0}, "bf16"),
+    ({"rows": 16 * 1024, "cols": 1024, "mask_rows": 1}, "fp16"),
+    ({"rows": 4096, "cols": 32768, "mask_rows": 1}, "bf16"),
+    ({"rows": 24 * 1536, "cols": 1536, "mask_rows": 1536}, "fp16"),
+    ({"rows": 32 * 4096, "cols": 4096, "mask_rows": 4096}, "bf16"),
+    ({"rows": 96 * 197, "cols": 197, "mask_rows": 0}, "fp16"),
+    ({"rows": 32 * 3000, "cols": 3000, "mask_rows": 3000}, "bf16"),
+    ({"rows": 8 * 8192, "cols": 8192, "mask_rows": 8192}, "fp16"),
+    ({"rows": 128 * 64, "cols": 64, "mask_rows": 64}, "bf16"),
+]
 # One small problem per family, to try the script on the CPU in Triton's interpreter (--interpret);
 # attention in fp16, since the interpreter computes the bf16 kernel wrongly (relative error 1e9).
 TINY = {"matmul": [({"M": 40, "N": 24, "K": 32}, "fp16")], "attention": [({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16,
                                                                          "CAUSAL": True}, "fp16")],
         "softmax": [({"rows": 4, "cols": 300}, "fp16")], "rms_norm": [({"rows": 4, "cols": 300}, "bf16")],
         "add_rms_norm": [({"rows": 4, "cols": 300}, "fp16")],
-        "linear": [({"M": 40, "N": 72, "K": 56, "ACT": 1}, "fp16")]}
+        "linear": [({"M": 40, "N": 72, "K": 56, "ACT": 1}, "fp16")],
+        "masked_softmax": [({"rows": 12, "cols": 300, "mask_rows": 4}, "fp16")]}
 DEVICE = "cuda"
 ROUNDS = 5  # Turns of timing per problem (see run_problem's bench()).
 TUNING: dict = {}  # dr_kernel.ops settings of the run (--max-evals, --stop, --tolerance).
 KERNEL = {"matmul": "matmul", "attention": "attention", "softmax": "softmax", "rms_norm": "rmsnorm",
-          "add_rms_norm": "add_rmsnorm", "linear": "linear_act"}
+          "add_rms_norm": "add_rmsnorm", "linear": "linear_act", "masked_softmax": "masked_softmax"}
 
 
 def name_of(family: str, shape: dict, dtype: str) -> str:
@@ -164,6 +190,15 @@ def call(family: str, shape: dict, dtype: str):
 
         return ((lambda: ops.add_rms_norm(x, r, cols, w, 1e-6)), apart,
                 (lambda c: lambda: ops._add_rms_norm_fused(c, x, r, w, 1e-6)))
+    if family == "masked_softmax":
+        from dr_kernel.kernels.masked_softmax import causal_mask
+
+        rows, cols, mask_rows = shape["rows"], shape["cols"], shape["mask_rows"]
+        mask = causal_mask(mask_rows, cols, t, DEVICE) if mask_rows else None
+        x = rand(rows, cols).view(-1, mask_rows, cols) if mask_rows else rand(rows, cols)
+        mask2 = None if mask is None else mask.view(-1, cols)
+        return ((lambda: ops.masked_softmax(x, mask, 0.125)), (lambda: ops._masked_softmax_torch(x, mask, 0.125)),
+                (lambda c: lambda: ops._masked_softmax_fused(c, x, mask2, 0.125)))
     if family == "linear":
         from dr_kernel.kernels.linear_act import apply_activation
 

@@ -34,7 +34,7 @@ def recorded_rows(family: str, kind: str) -> list[dict]:
 def test_registry_holds_every_family_and_get_names_them_on_a_miss():
     assert set(BUILTINS) == {"matmul", "softmax", "attention", "rmsnorm", "layernorm", "layernorm_bwd",
                              "cross_entropy", "swiglu", "cumsum", "grouped_matmul", "fp8_matmul", "add_rmsnorm",
-                             "linear_act"}
+                             "linear_act", "masked_softmax"}
     assert kernels.get("softmax") is BUILTINS["softmax"]
     with pytest.raises(UnknownKernelError) as caught:
         kernels.get("conv2d")

@@ -9,6 +9,7 @@ built-in Triton kernel at its tuned config, or torch's own operator.
     o = ops.attention(q, k, v, is_causal=True)    # torch.nn.functional.scaled_dot_product_attention
     y, h = ops.add_rms_norm(x, r, (x.shape[-1],), w, eps)  # h = x + r; rms_norm(h, ...), fused or not
     y = ops.linear(x, w, b, activation="gelu")     # F.gelu(F.linear(x, w, b)), fused or not
+    p = ops.masked_softmax(s, mask, scale=0.125)    # torch.softmax(s * 0.125 + mask, -1), fused or not
 
 The first call on a new problem (operator, sizes, dtype, GPU) tunes the built-in kernel for it (the
 agent, `stop="auto"`, in a measuring process, as `dr-kernel tune` does), then races the call
@@ -16,8 +17,8 @@ through the winner against the call through torch's operator, in this process, o
 tensors, in alternating rounds timed two ways: alone on the GPU (L2 flushed, the host's launch
 hidden) and call after call (where a small problem's time is the host's). The Triton kernel serves
 the problem only when it is faster by `margin` on both counts: torch is one more variant of the
-search. For a chain (add_rms_norm, linear with an activation) the variants are the fused kernel
-and torch's operators apart.
+search. For a chain (add_rms_norm, linear with an activation, masked_softmax) the variants are the
+fused kernel and torch's operators apart.
 With `configure(tolerance=t)` matmul also offers fp8: its operands quantised to e4m3 (a scale per
 row of A and per column of B) and multiplied by the fp8_matmul kernel, raced only when its result
 on the first call's inputs is within relative error t of the fp32 result.
@@ -279,6 +280,51 @@ def rms_norm(x, normalized_shape: Sequence[int], weight=None, eps: float | None 
         if choice is not None and choice.variant == "triton":
             return _rms_norm_triton(choice, x, weight, eps)
     return F.rms_norm(x, normalized_shape, weight, eps)
+
+
+def masked_softmax(x, mask=None, scale: float = 1.0):
+    """torch.softmax(x * scale + mask, dim=-1): the chain attention scores take outside a fused
+    attention kernel (an additive mask: 0 to keep, -inf to mask out). Served by the fused kernel
+    (masked_softmax: x and the mask read, y written, one launch) or by torch's operators apart, as
+    the race finds faster. The fused kernel serves a row-major fp16/bf16/fp32 `x` with no mask or
+    a row-major mask of x's dtype and device whose shape, less leading dimensions of 1, is that of
+    x's last dimensions (a (queries, keys) mask under any batch and heads); other calls run
+    torch's chain."""
+    scale = float(scale)
+    if type(x) is _Tensor and _rows_ok(x) and x.dim() >= 1:
+        cols = x.shape[-1]
+        mask2 = None
+        if mask is not None:
+            kept = mask
+            while type(kept) is _Tensor and kept.dim() > 1 and kept.shape[0] == 1:
+                kept = kept[0]
+            if not (type(kept) is _Tensor and kept.dtype == x.dtype and kept.device == x.device
+                    and kept.is_contiguous() and not _needs_grad(kept) and 1 <= kept.dim() <= x.dim()
+                    and kept.shape == x.shape[x.dim() - kept.dim():]):
+                return _masked_softmax_torch(x, mask, scale)
+            mask2 = kept.view(-1, cols)
+        choice = None
+        if _runnable(x.device) and x.numel() > 0:
+            rows = x.numel() // cols
+            shape = {"rows": rows, "cols": cols, "mask_rows": 0 if mask2 is None else mask2.shape[0]}
+            index = ("masked_softmax", x.shape, x.dtype, x.device, None if mask is None else mask.shape)
+            choice = _served.get(index) or _choose(
+                index, "masked_softmax", "masked_softmax", shape, x.dtype, x.device,
+                lambda c: _masked_softmax_fused(c, x, mask2, scale), lambda: _masked_softmax_torch(x, mask, scale))
+        if choice is not None and choice.variant == "triton":
+            return _masked_softmax_fused(choice, x, mask2, scale)
+    return _masked_softmax_torch(x, mask, scale)
+
+
+def _masked_softmax_torch(x, mask, scale: float):
+    return torch.softmax(x * scale if mask is None else x * scale + mask, -1)
+
+
+def _masked_softmax_fused(choice: Choice, x, mask2, scale: float):
+    x2 = x.view(-1, x.shape[-1])
+    y = torch.empty_like(x2)
+    choice.launch({"x": x2, "mask": mask2, "scale": scale, "y": y})
+    return y.view(x.shape)
 
 
 def _rms_norm_triton(choice: Choice, x, weight, eps: float):

@@ -4,8 +4,9 @@ Each family is one module holding its @triton.jit function and one BuiltinKernel
 this package collects them in BUILTINS. matmul, softmax and attention are the kernels of the
 recorded tables in data/h200/ (same parameter names, same code for fp16); rmsnorm, layernorm,
 layernorm_bwd, cross_entropy, swiglu, cumsum, grouped_matmul and fp8_matmul were added after them,
-and add_rmsnorm (a residual add fused with RMSNorm, for dr_kernel.ops.add_rms_norm) and linear_act
-(a linear layer with bias and activation, for dr_kernel.ops.linear) after those.
+and add_rmsnorm (a residual add fused with RMSNorm, for dr_kernel.ops.add_rms_norm), linear_act
+(a linear layer with bias and activation, for dr_kernel.ops.linear) and masked_softmax (scale,
+additive mask and softmax, for dr_kernel.ops.masked_softmax) after those.
 
 Whether the functions run compiled or in Triton's interpreter is decided when this package is
 first imported, because triton.jit reads TRITON_INTERPRET at decoration time: set the variable
@@ -34,6 +35,7 @@ from .grouped_matmul import KERNEL as _grouped_matmul
 from .layernorm import KERNEL as _layernorm
 from .layernorm_bwd import KERNEL as _layernorm_bwd
 from .linear_act import KERNEL as _linear_act
+from .masked_softmax import KERNEL as _masked_softmax
 from .matmul import KERNEL as _matmul
 from .rmsnorm import KERNEL as _rmsnorm
 from .softmax import KERNEL as _softmax
@@ -41,7 +43,7 @@ from .swiglu import KERNEL as _swiglu
 
 BUILTINS: dict[str, BuiltinKernel] = {k.name: k for k in (
     _matmul, _softmax, _attention, _rmsnorm, _layernorm, _layernorm_bwd, _cross_entropy, _swiglu, _cumsum,
-    _grouped_matmul, _fp8_matmul, _add_rmsnorm, _linear_act)}
+    _grouped_matmul, _fp8_matmul, _add_rmsnorm, _linear_act, _masked_softmax)}
 
 
 class UnknownKernelError(KeyError):
