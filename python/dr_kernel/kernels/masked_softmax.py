@@ -3,16 +3,18 @@
 The chain attention scores take outside a fused attention kernel (a custom mask, a model that
 materialises its scores): apart it is a multiply, an add and a softmax, three kernels that move
 seven rows per row of the problem (x read and written scaled, that read with the mask and
-written, that read and the result written); fused, x and the mask are read twice (once per pass)
-and y written once, in one launch. The mask is additive, of the scores' dtype, and may repeat
-over the rows: row r uses mask row r mod MASK_ROWS (a (queries, keys) mask under any number of
-batches and heads: scores viewed as rows of keys, the mask's rows repeat with the query count),
-and -inf in it masks an element out (a row masked out entirely is NaN, as torch's softmax makes
-it). mask_rows = 0 in the shape means no mask.
+written, that read and the result written); fused, one launch reads x and the mask once (twice
+when the row is wider than a block) and writes y once. The mask is additive, of the scores'
+dtype, and may repeat over the rows: row r uses mask row r mod mask_rows (a (queries, keys) mask
+under any number of batches and heads: scores viewed as rows of keys, the mask's rows repeat with
+the query count), and -inf in it masks an element out (a row masked out entirely is NaN, as torch's
+softmax makes it). mask_rows = 0 in the shape means no mask.
 
-The passes are softmax.py's: one program per row keeps a running maximum and sum of exponentials
-per lane over chunks of BLOCK columns, then writes exp(z - max) / sum, z recomputed from x and the
-mask (cheaper than writing it); a BLOCK wider than the row reads it once per pass, masked.
+One program takes one row. When BLOCK covers the row (WHOLE_ROW, derived from BLOCK and the width,
+not searched) z = x · scale + mask stays in registers: x and the mask are read once, y written
+once. Otherwise the passes are softmax.py's: a running maximum and sum of exponentials per lane
+over chunks of BLOCK columns, then exp(z - max) / sum written, z recomputed from x and the mask
+(cheaper than writing it).
 """
 
 from __future__ import annotations
@@ -29,40 +31,50 @@ SCALE = 0.125
 
 @triton.jit
 def masked_softmax_kernel(x_ptr, mask_ptr, y_ptr, n_cols, stride, mask_rows, mask_stride, scale,
-                          BLOCK: tl.constexpr, HAS_MASK: tl.constexpr):
+                          BLOCK: tl.constexpr, HAS_MASK: tl.constexpr, WHOLE_ROW: tl.constexpr):
     row = tl.program_id(0)
     x_row = x_ptr + row.to(tl.int64) * stride
     y_row = y_ptr + row.to(tl.int64) * stride
     if HAS_MASK:
         mask_row = mask_ptr + (row % mask_rows).to(tl.int64) * mask_stride
-    m = tl.full([BLOCK], -1.0e30, tl.float32)
-    s = tl.zeros([BLOCK], tl.float32)
-    for start in range(0, n_cols, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
+    if WHOLE_ROW:
+        offs = tl.arange(0, BLOCK)
         inside = offs < n_cols
         z = tl.load(x_row + offs, mask=inside, other=0.0).to(tl.float32) * scale
         if HAS_MASK:
             z += tl.load(mask_row + offs, mask=inside, other=0.0).to(tl.float32)
         z = tl.where(inside, z, -1.0e30)
-        m_new = tl.maximum(m, z)
-        s = s * tl.exp(m - m_new) + tl.exp(z - m_new)
-        m = m_new
-    mx = tl.max(m, 0)
-    tot = tl.sum(s * tl.exp(m - mx), 0)
-    for start in range(0, n_cols, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        inside = offs < n_cols
-        z = tl.load(x_row + offs, mask=inside, other=0.0).to(tl.float32) * scale
-        if HAS_MASK:
-            z += tl.load(mask_row + offs, mask=inside, other=0.0).to(tl.float32)
-        tl.store(y_row + offs, (tl.exp(z - mx) / tot).to(y_ptr.dtype.element_ty), mask=inside)
+        e = tl.exp(z - tl.max(z, 0))
+        tl.store(y_row + offs, (e / tl.sum(e, 0)).to(y_ptr.dtype.element_ty), mask=inside)
+    else:
+        m = tl.full([BLOCK], -1.0e30, tl.float32)
+        s = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            inside = offs < n_cols
+            z = tl.load(x_row + offs, mask=inside, other=0.0).to(tl.float32) * scale
+            if HAS_MASK:
+                z += tl.load(mask_row + offs, mask=inside, other=0.0).to(tl.float32)
+            z = tl.where(inside, z, -1.0e30)
+            m_new = tl.maximum(m, z)
+            s = s * tl.exp(m - m_new) + tl.exp(z - m_new)
+            m = m_new
+        mx = tl.max(m, 0)
+        tot = tl.sum(s * tl.exp(m - mx), 0)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            inside = offs < n_cols
+            z = tl.load(x_row + offs, mask=inside, other=0.0).to(tl.float32) * scale
+            if HAS_MASK:
+                z += tl.load(mask_row + offs, mask=inside, other=0.0).to(tl.float32)
+            tl.store(y_row + offs, (tl.exp(z - mx) / tot).to(y_ptr.dtype.element_ty), mask=inside)
 
 
 def _arguments(shape, dtype, config):
     cols = shape["cols"]
     return {"x_ptr": Pointer(dtype), "mask_ptr": Pointer(dtype), "y_ptr": Pointer(dtype), "n_cols": cols,
             "stride": cols, "mask_rows": max(1, shape["mask_rows"]), "mask_stride": cols, "scale": SCALE,
-            "HAS_MASK": shape["mask_rows"] > 0, **config}
+            "HAS_MASK": shape["mask_rows"] > 0, "WHOLE_ROW": config["BLOCK"] >= cols, **config}
 
 
 def causal_mask(rows: int, cols: int, dtype, device):
@@ -96,7 +108,7 @@ def _launch(fn, inputs, config):
     # Without a mask, its arguments are x's (never read), as the offline compile describes them.
     return fn[(rows,)](x, x if mask is None else mask, y, cols, x.stride(0), 1 if mask is None else mask.shape[0],
                        x.stride(0) if mask is None else mask.stride(0), inputs["scale"], HAS_MASK=mask is not None,
-                       **config)
+                       WHOLE_ROW=config["BLOCK"] >= cols, **config)
 
 
 def _scores(inputs):
