@@ -130,11 +130,22 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   const double stop_trust = options.Get("stop_trust");
   const bool stop_local = options.Get("stop_local") > 0;
 
+  // On a kernel family the cost model has not seen, its prior is a guess: from `climb`
+  // measurements on, the session first measures the best config's untried one-step neighbours
+  // (one a round, the most promising first), so that the policy acts from local optima.
+  const int64_t climb = options.Int("climb");
+  const bool unseen = prior->trust < agent::kSeenFamilyTrust;
   for (;;) {
     std::vector<std::pair<int, agent::Move>> proposals;
     std::vector<bool> proposals_from_policy;
     std::unordered_set<uint64_t> chosen;
-    for (int w = 0; w < walkers; ++w) {
+    std::vector<Config> batch;
+    if (climb > 0 && unseen && evaluator.evals() >= climb) {
+      auto unchecked = walks[0].UncheckedNeighbours();
+      if (!unchecked.empty()) batch.push_back(std::move(unchecked.front()));
+    }
+    const bool climbing = !batch.empty();
+    for (int w = 0; w < walkers && !climbing; ++w) {
       agent::Walk& s = walks[w];
       // Free moves (onto measured configs) cost nothing; a few in a row before a measurement.
       for (int step = 0; step < 8; ++step) {
@@ -165,10 +176,11 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         }
       }
     }
-    if (proposals.empty()) return;  // Nothing left that the agent would measure.
-    std::vector<Config> batch;
+    if (proposals.empty() && !climbing) return;  // Nothing left that the agent would measure.
     for (const auto& p : proposals) batch.push_back(p.second.config);
     const auto results = evaluator.Evaluate(batch);
+    if (climbing)
+      for (auto& w : walks) w.Record(batch[0], results[0]);
     for (size_t i = 0; i < proposals.size(); ++i) {
       const auto& [walker, move] = proposals[i];
       for (int w = 0; w < walkers; ++w) {
@@ -262,6 +274,9 @@ StrategyInfo PpoStrategy() {
            {"stop_trust", "trust in the beliefs below which adaptive stopping never ends a session", 0.5},
            {"stop_local", "1: before adaptive stopping ends a session, measure the best config's untried one-step "
                           "neighbours (and a faster one's, in turn) so that it ends on a local optimum", 0},
+           {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
+                     "best config's untried one-step neighbours (one a round, the most promising first) before "
+                     "the policy acts, so that it moves on from local optima (0: never; benchmarks/agent.md)", 2},
            {"inert", "after this many pairs of configs that differ in one parameter only and measured the same "
                      "time (the same binary, copied), and none that differed, the parameter is inert: no move "
                      "or jump measures a config whose other values were measured (0: off)", agent::kInertPairs}},

@@ -1,6 +1,7 @@
 // One test suite parametrized over the whole strategy registry, on the bundled tables.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -217,6 +218,47 @@ TEST(PpoTest, AdaptiveStoppingEndsSessionsThatHaveFoundTheBestAndKeepsTheirBest)
     stopped_early += stopping.evals() < 30;
   }
   EXPECT_GE(stopped_early, static_cast<int>(Tables().size()) / 2);
+}
+
+TEST(PpoTest, OnAnUnseenFamilyTheSessionClimbsFromItsBestConfigBeforeThePolicyMoves) {
+  // Renamed, a recorded problem is a kernel the agent has never seen: after `climb` measurements
+  // each new one is an untried one-step neighbour of the best so far until none is left. On the
+  // families the agent was trained on the option changes nothing.
+  EnsureAgent();
+  for (size_t t : {0u, 4u, 7u}) {
+    ProblemTable unseen = Tables()[t];
+    unseen.problem.family = "unseen " + unseen.problem.family;
+    ReplayEnv env(unseen);
+    Evaluator climbing(env, Budget{30});
+    RunStrategy("ppo", climbing, 5, {{"climb", 2}});
+    const Space& space = env.space();
+    const auto& history = climbing.history();
+    double best_ms = kInf;
+    int neighbours = 0;
+    for (size_t i = 0; i < history.size(); ++i) {
+      if (i >= 2) {
+        // A neighbour of the best so far (of one of them, where times tie).
+        bool near = false;
+        for (size_t j = 0; j < i && !near; ++j) {
+          if (!(history[j].measurement.objective() == best_ms)) continue;
+          const auto around = space.Neighbours(history[j].config);
+          near = std::find(around.begin(), around.end(), history[i].config) != around.end();
+        }
+        if (!near) break;
+        ++neighbours;
+      }
+      best_ms = std::min(best_ms, history[i].measurement.objective());
+    }
+    EXPECT_GE(neighbours, 4) << unseen.problem.Label();
+
+    ReplayEnv seen_env(Tables()[t]), plain_env(Tables()[t]);
+    Evaluator seen(seen_env, Budget{30}), plain(plain_env, Budget{30});
+    RunStrategy("ppo", seen, 5, {{"climb", 2}});
+    RunStrategy("ppo", plain, 5, {{"climb", 0}});
+    ASSERT_EQ(seen.evals(), plain.evals());
+    for (int64_t i = 0; i < seen.evals(); ++i)
+      EXPECT_EQ(seen.history()[i].config, plain.history()[i].config) << Tables()[t].problem.Label();
+  }
 }
 
 TEST(PpoTest, StoppingOnALocalOptimumMeasuresTheBestConfigsNeighboursBeforeEnding) {
