@@ -30,32 +30,32 @@ SCALE = 0.125
 
 
 @triton.jit
+def _chunk_scores(x_row, mask_row, offs, n_cols, scale, HAS_MASK: tl.constexpr):
+    # z = x · scale + mask in fp32 over one chunk of a row; lanes past its end hold -1e30.
+    inside = offs < n_cols
+    z = tl.load(x_row + offs, mask=inside, other=0.0).to(tl.float32) * scale
+    if HAS_MASK:
+        z += tl.load(mask_row + offs, mask=inside, other=0.0).to(tl.float32)
+    return tl.where(inside, z, -1.0e30)
+
+
+@triton.jit
 def masked_softmax_kernel(x_ptr, mask_ptr, y_ptr, n_cols, stride, mask_rows, mask_stride, scale,
                           BLOCK: tl.constexpr, HAS_MASK: tl.constexpr, WHOLE_ROW: tl.constexpr):
     row = tl.program_id(0)
     x_row = x_ptr + row.to(tl.int64) * stride
     y_row = y_ptr + row.to(tl.int64) * stride
-    if HAS_MASK:
-        mask_row = mask_ptr + (row % mask_rows).to(tl.int64) * mask_stride
+    mask_row = mask_ptr + (row % mask_rows).to(tl.int64) * mask_stride  # Read only with HAS_MASK.
     if WHOLE_ROW:
         offs = tl.arange(0, BLOCK)
-        inside = offs < n_cols
-        z = tl.load(x_row + offs, mask=inside, other=0.0).to(tl.float32) * scale
-        if HAS_MASK:
-            z += tl.load(mask_row + offs, mask=inside, other=0.0).to(tl.float32)
-        z = tl.where(inside, z, -1.0e30)
+        z = _chunk_scores(x_row, mask_row, offs, n_cols, scale, HAS_MASK)
         e = tl.exp(z - tl.max(z, 0))
-        tl.store(y_row + offs, (e / tl.sum(e, 0)).to(y_ptr.dtype.element_ty), mask=inside)
+        tl.store(y_row + offs, (e / tl.sum(e, 0)).to(y_ptr.dtype.element_ty), mask=offs < n_cols)
     else:
         m = tl.full([BLOCK], -1.0e30, tl.float32)
         s = tl.zeros([BLOCK], tl.float32)
         for start in range(0, n_cols, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            inside = offs < n_cols
-            z = tl.load(x_row + offs, mask=inside, other=0.0).to(tl.float32) * scale
-            if HAS_MASK:
-                z += tl.load(mask_row + offs, mask=inside, other=0.0).to(tl.float32)
-            z = tl.where(inside, z, -1.0e30)
+            z = _chunk_scores(x_row, mask_row, start + tl.arange(0, BLOCK), n_cols, scale, HAS_MASK)
             m_new = tl.maximum(m, z)
             s = s * tl.exp(m - m_new) + tl.exp(z - m_new)
             m = m_new
@@ -63,12 +63,8 @@ def masked_softmax_kernel(x_ptr, mask_ptr, y_ptr, n_cols, stride, mask_rows, mas
         tot = tl.sum(s * tl.exp(m - mx), 0)
         for start in range(0, n_cols, BLOCK):
             offs = start + tl.arange(0, BLOCK)
-            inside = offs < n_cols
-            z = tl.load(x_row + offs, mask=inside, other=0.0).to(tl.float32) * scale
-            if HAS_MASK:
-                z += tl.load(mask_row + offs, mask=inside, other=0.0).to(tl.float32)
-            tl.store(y_row + offs, (tl.exp(z - mx) / tot).to(y_ptr.dtype.element_ty), mask=inside)
-
+            z = _chunk_scores(x_row, mask_row, offs, n_cols, scale, HAS_MASK)
+            tl.store(y_row + offs, (tl.exp(z - mx) / tot).to(y_ptr.dtype.element_ty), mask=offs < n_cols)
 
 def _arguments(shape, dtype, config):
     cols = shape["cols"]
