@@ -291,7 +291,7 @@ def masked_softmax(x, mask=None, scale: float = 1.0):
     x's last dimensions (a (queries, keys) mask under any batch and heads); other calls run
     torch's chain."""
     scale = float(scale)
-    if type(x) is _Tensor and _rows_ok(x) and x.dim() >= 1:
+    if type(x) is _Tensor and _rows_ok(x) and x.numel() > 0:
         cols = x.shape[-1]
         mask2 = None
         if mask is not None:
@@ -304,7 +304,7 @@ def masked_softmax(x, mask=None, scale: float = 1.0):
                 return _masked_softmax_torch(x, mask, scale)
             mask2 = kept.view(-1, cols)
         choice = None
-        if _runnable(x.device) and x.numel() > 0:
+        if _runnable(x.device):
             rows = x.numel() // cols
             shape = {"rows": rows, "cols": cols, "mask_rows": 0 if mask2 is None else mask2.shape[0]}
             index = ("masked_softmax", x.shape, x.dtype, x.device, None if mask is None else mask.shape)
