@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from interpreted import run_interpreted
 
 
 def _case(dtype, scenario, n=5000):
@@ -53,10 +51,7 @@ SCENARIOS = ["same", "rounding", "nan", "inf", "unwritten"]
 def verdicts():
     """Each case's verdicts, ours and PyTorch's, from a child process that runs the kernels in
     Triton's interpreter (which must be chosen before Triton's own helpers are defined)."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    out = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.splitlines()[-1])
+    return json.loads(run_interpreted([__file__]).splitlines()[-1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -5,12 +5,10 @@ anything), the problem's own checks, and the compile for the H200."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from dr_kernel.kernels import BUILTINS
+from interpreted import run_interpreted
 
 CHILD = """
 import json, tempfile, warnings
@@ -70,11 +68,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    run = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=600,
-                         cwd=tmp_path_factory.mktemp("linear"))
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    out = run_interpreted(["-c", CHILD], cwd=tmp_path_factory.mktemp("linear"))
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def test_the_kernel_gives_torchs_linear_bias_and_activation_on_tiles_past_every_edge(interpreted):

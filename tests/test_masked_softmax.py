@@ -6,12 +6,10 @@ compile for the H200."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from dr_kernel.kernels import BUILTINS
+from interpreted import run_interpreted
 
 CHILD = """
 import json, math, tempfile
@@ -89,11 +87,8 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    run = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=600,
-                         cwd=tmp_path_factory.mktemp("masked_softmax"))
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.strip().splitlines()[-1])
+    out = run_interpreted(["-c", CHILD], cwd=tmp_path_factory.mktemp("masked_softmax"))
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def test_the_kernel_gives_torchs_scaled_masked_softmax_in_chunks_and_in_one_block(interpreted):

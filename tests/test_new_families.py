@@ -18,6 +18,7 @@ import sys
 import pytest
 from dr_kernel import kernels
 from dr_kernel.kernels import BUILTINS
+from interpreted import run_interpreted
 
 NEW_FAMILIES = ["layernorm", "layernorm_bwd", "cross_entropy", "swiglu", "cumsum", "grouped_matmul", "fp8_matmul"]
 
@@ -62,12 +63,8 @@ TOLERANCE = {"fp16": 2e-2, "bf16": 2e-2, "fp32": 1e-4}
 @pytest.fixture(scope="module")
 def interpreted():
     """Runs every case in one interpreting child process; returns its rows by family."""
-    environment = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    result = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=environment,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
     rows: dict[str, list[dict]] = {}
-    for line in result.stdout.splitlines():
+    for line in run_interpreted([__file__], timeout=300).splitlines():
         if line.startswith("{"):
             row = json.loads(line)
             rows.setdefault(row["kernel"], []).append(row)

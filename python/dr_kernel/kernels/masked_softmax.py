@@ -107,27 +107,24 @@ def _launch(fn, inputs, config):
                        WHOLE_ROW=config["BLOCK"] >= cols, **config)
 
 
-def _scores(inputs):
-    x, mask = inputs["x"].float() * inputs["scale"], inputs["mask"]
-    if mask is None:
-        return x
-    return (x.view(-1, *mask.shape) + mask.float()).view(x.shape)
+def _plus_mask(scores, mask):
+    # The (mask rows, cols) mask added to every block of mask rows of the (rows, cols) scores.
+    return scores if mask is None else (scores.view(-1, *mask.shape) + mask).view(scores.shape)
 
 
 def _reference(inputs):
     import torch
 
-    return torch.softmax(_scores(inputs), dim=-1).to(inputs["y"].dtype)
+    mask = inputs["mask"]
+    scores = _plus_mask(inputs["x"].float() * inputs["scale"], None if mask is None else mask.float())
+    return torch.softmax(scores, dim=-1).to(inputs["y"].dtype)
 
 
 def _framework(inputs):
     # Torch's chain apart, in the inputs' dtype: scale, add the mask, softmax.
     import torch
 
-    x, mask = inputs["x"] * inputs["scale"], inputs["mask"]
-    if mask is not None:
-        x = (x.view(-1, *mask.shape) + mask).view(x.shape)
-    return torch.softmax(x, dim=-1)
+    return torch.softmax(_plus_mask(inputs["x"] * inputs["scale"], inputs["mask"]), dim=-1)
 
 
 KERNEL = BuiltinKernel(
