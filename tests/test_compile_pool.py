@@ -182,6 +182,18 @@ def test_urgent_requests_overtake_guesses_and_queued_guesses_can_be_dropped():
     assert not pool.cancel(slow[0])  # Answered requests cannot be cancelled.
 
 
+def test_promoted_guesses_start_before_older_ones():
+    # Two workers: guesses run on one of them, one after another, in the queue's order.
+    with CompilePool(workers=2, timeout_s=30, task=pretend_compile) as pool:
+        old = [pool.submit(request(sleep=0.2, hash=f"old{i}"), speculative=True) for i in range(2)]
+        new = [pool.submit(request(sleep=0.2, hash=f"new{i}"), speculative=True) for i in range(2)]
+        pool.promote(new)
+        order = []
+        while pool.pending:
+            order += [ticket for ticket, _ in pool.poll(10.0)]
+    assert order == [*new, *old]
+
+
 def test_guesses_never_hold_every_worker():
     with CompilePool(workers=2, timeout_s=30, task=pretend_compile) as pool:
         workers_seen: set[int] = set()  # Process ids: a worker that answered is up.

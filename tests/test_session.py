@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import pytest
 from dr_kernel.analysis import StaticReport
@@ -177,6 +178,50 @@ def test_neighbours_are_compiled_ahead_for_one_step_strategies():
     first = measure.seen[0]
     neighbours = {tuple(sorted(n.items())) for n in space.neighbours(first)}
     assert neighbours and neighbours <= guessed
+
+
+class RecordingPool:
+    """A pool whose compiles finish when it is waited on (polled without a time limit), and that
+    records what it was asked, in order."""
+
+    workers, timeout_s = 4, 30.0
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+        self.queued: dict[int, CompileRequest] = {}
+
+    def submit(self, request, speculative=False, timeout_s=None):
+        ticket = len(self.events)
+        self.events.append(("guess" if speculative else "compile", request.config["X"]))
+        self.queued[ticket] = request
+        return ticket
+
+    def poll(self, timeout=None):
+        self.events.append(("wait", timeout))
+        if timeout is not None:
+            return []
+        done, self.queued = self.queued, {}
+        return [(t, StaticReport(kernel="fake", config=dict(r.config), valid=True, binary_hash=str(r.config)))
+                for t, r in done.items()]
+
+    def prioritise(self, ticket): pass
+    def promote(self, tickets): pass
+    def cancel(self, ticket): return False
+    def close(self): pass
+
+
+def test_a_walks_next_steps_compile_beside_its_current_one():
+    # A one-step walk waits a compile per step unless the neighbours of the config it measures
+    # compile beside that config: they must be queued before the session first waits for it.
+    pool, measure = RecordingPool(), Counter()
+    stage = StaticStage(pool, lambda config: CompileRequest("fake", dict(config)))
+    run_session(PROBLEM, make_space({"X": [0, 1, 2, 3, 4]}), measure, static=stage, strategy="anneal",
+                max_evals=1, seed=0)
+    first = measure.seen[0]["X"]
+    compiled = pool.events.index(("compile", first))
+    waited = next(i for i, e in enumerate(pool.events) if e == ("wait", None) and i > compiled)
+    guessed_before = {x for kind, x in pool.events[compiled:waited] if kind == "guess"}
+    assert guessed_before == {x for x in (first - 1, first + 1) if 0 <= x <= 4}
 
 
 def compile_any(request: CompileRequest) -> StaticReport:

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -401,6 +401,15 @@ class RequestQueue:
             self._speculative.remove(ticket)
             self._urgent.append(ticket)
 
+    def promote(self, tickets: Sequence[int]) -> None:
+        """Moves queued speculative requests to the front of the guesses, in the given order: the
+        newest guesses (the neighbours of the config just proposed) are the likeliest to be asked
+        for next, the oldest the least."""
+        queued = [t for t in tickets if t in self._speculative]
+        for ticket in queued:
+            self._speculative.remove(ticket)
+        self._speculative.extendleft(reversed(queued))
+
     def shorten(self, ticket: int, timeout_s: float) -> None:
         """Lowers one request's deadline to `timeout_s` seconds of compile time (from its start,
         whether it has started or not); a later deadline than it has is ignored."""
@@ -637,7 +646,7 @@ _FACTORY: list[Callable[..., Any]] = []
 
 def use_pool_factory(factory: Callable[..., Any] | None) -> None:
     """Makes make_pool() call `factory(workers=, timeout_s=, fork=)` from now on (None: CompilePool
-    again). The factory's pools must have CompilePool's submit/poll/cancel/prioritise/run/close."""
+    again). The factory's pools must have CompilePool's submit/poll/cancel/prioritise/promote/run/close."""
     _FACTORY[:] = [factory] if factory is not None else []
 
 

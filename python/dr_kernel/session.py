@@ -103,7 +103,7 @@ class StaticStage:
         self.reports: dict[tuple, StaticReport] = {}
         self._tickets: dict[tuple, int] = {}  # Submitted and not yet answered.
         self._keys: dict[int, tuple] = {}
-        self._guesses: collections.deque[int] = collections.deque()  # Queued guesses, oldest first.
+        self._guesses: collections.deque[int] = collections.deque()  # Queued guesses, least recently guessed first.
         self._also: set[tuple] = set()  # Keys of compile_also() requests not yet answered.
         self.guessed = 0  # Guesses that finished compiling.
         self._adaptive: set[int] = set()  # Tickets given an adaptive deadline shorter than the pool's.
@@ -124,8 +124,10 @@ class StaticStage:
             return
         ticket = self._tickets.get(key)
         if ticket is not None:
-            if not speculative:
+            if not speculative and ticket in self._guesses:
+                # Needed now: urgent, and no longer a guess that newer guesses may cancel.
                 self.pool.prioritise(ticket)
+                self._guesses.remove(ticket)
             return
         request = self.describe(config)
         earlier = _TIMED_OUT.get((request.kernel_name, request.dtype, key)) if self.timeout_s is None else None
@@ -183,11 +185,14 @@ class StaticStage:
                     self.pool.shorten(ticket, deadline)
                     self._adaptive.add(ticket)
 
-    def reports_for(self, configs: Sequence[dict]) -> list[StaticReport]:
+    def reports_for(self, configs: Sequence[dict], then_guess: Sequence[dict] = ()) -> list[StaticReport]:
         """Returns the static report of every config, compiling those not compiled yet (and
-        waiting for what compile_also() queued)."""
+        waiting for what compile_also() queued). `then_guess` are guessed (guess()) once the
+        configs are queued and before waiting for them, so that they compile beside them."""
         for config in configs:
             self._submit(config, speculative=False)
+        if then_guess:
+            self.guess(then_guess)
         wanted = {_key(c) for c in configs} | self._also
         while not wanted <= self.reports.keys():
             self._take(self.pool.poll(None))
@@ -204,13 +209,20 @@ class StaticStage:
             self._also.add(key)
 
     def guess(self, configs: Sequence[dict]) -> None:
-        """Queues configs that may be asked for soon; returns at once. A config that cannot be
-        described to the compiler is left out (reports_for() says why, if it is asked for)."""
+        """Queues configs that may be asked for soon, ahead of every earlier guess not started yet
+        (the newest guesses are the likeliest to be asked for), in the given order; returns at once.
+        A config that cannot be described to the compiler is left out (reports_for() says why, if
+        it is asked for)."""
         for config in configs:
             try:
                 self._submit(config, speculative=True)
             except RuntimeError:
                 continue
+        queued = set(self._guesses)
+        fresh = list(dict.fromkeys(t for c in configs if (t := self._tickets.get(_key(c))) in queued))
+        self.pool.promote(fresh)
+        # The cap below drops the guesses least recently asked for.
+        self._guesses = collections.deque([*(t for t in self._guesses if t not in set(fresh)), *fresh])
         while len(self._guesses) > self.max_guesses:
             ticket = self._guesses.popleft()
             if self.pool.cancel(ticket):
@@ -367,8 +379,11 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         new = [i for i, c in enumerate(batch) if not (known and _key(c) in known)]
         if static is not None and trusted[0] and new:
             waited = time.perf_counter()
+            # What the strategy may ask next (the batch's neighbours) compiles beside the batch, so
+            # that a walk's next step finds its binary ready instead of waiting a compile per step.
+            ahead = [n for c in batch for n in space.neighbours(c)] if prefetch else []
             try:
-                for i, report in zip(new, static.reports_for([batch[i] for i in new]), strict=True):
+                for i, report in zip(new, static.reports_for([batch[i] for i in new], then_guess=ahead), strict=True):
                     reports[i] = report
             except RuntimeError as error:  # The compile workers cannot start: measure without them.
                 trusted[0] = False
@@ -397,8 +412,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             if binary is not None:
                 leaders[binary] = i
             to_measure.append(i)
-        if static is not None and prefetch and trusted[0]:
-            # Compile what the strategy may ask next while the device measures this batch.
+        if static is not None and prefetch and trusted[0] and not new:
+            # A batch of known configs compiled nothing: its neighbours are guessed here.
             static.guess([n for c in batch for n in space.neighbours(c)])
         stored: set[int] = set()  # Positions in the batch already in the store.
         # Measured in this process (as triton.autotune measures), configs go one at a time, each
