@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include <Eigen/Dense>
@@ -258,25 +259,34 @@ double Walk::GainChance(double gain) const {
   return most;
 }
 
-std::vector<Config> Walk::UncheckedNeighbours() const {
-  uint64_t incumbent = 0;
-  double incumbent_log = kInf;
-  for (const auto& [index, result] : measured_) {
-    // Ties go to the lower index, so that the result does not depend on the map's order.
-    if (result.ok && (result.log_ms < incumbent_log || (result.log_ms == incumbent_log && index < incumbent))) {
-      incumbent_log = result.log_ms;
-      incumbent = index;
-    }
+std::vector<Config> Walk::UncheckedNeighbours(double near) const {
+  double best = kInf;
+  for (const auto& [index, result] : measured_)
+    if (result.ok) best = std::min(best, result.log_ms);
+  if (!std::isfinite(best)) return {};
+  // The incumbents, in index order, so that the result does not depend on the map's order.
+  std::vector<uint64_t> incumbents;
+  for (const auto& [index, result] : measured_)
+    if (result.ok && result.log_ms <= best + std::max(0.0, near)) incumbents.push_back(index);
+  std::sort(incumbents.begin(), incumbents.end());
+  if (near <= 0) {  // Ties in time: the lowest index alone.
+    for (uint64_t index : incumbents)
+      if (measured_.at(index).log_ms == best) {
+        incumbents = {index};
+        break;
+      }
   }
-  if (!std::isfinite(incumbent_log)) return {};
   std::vector<std::pair<double, Config>> unchecked;
-  for (Config& c : space_.Neighbours(space_.FromIndex(incumbent))) {
-    const uint64_t index = space_.Index(c);
-    if (measured_.count(index) || Covered(c)) continue;
-    double mean = 0, p_fail = 0;
-    Beliefs(index, space_.Encode(c), &mean, nullptr, &p_fail);
-    if (p_fail > 0.5) continue;
-    unchecked.emplace_back(mean, std::move(c));
+  std::unordered_set<uint64_t> seen;
+  for (uint64_t incumbent : incumbents) {
+    for (Config& c : space_.Neighbours(space_.FromIndex(incumbent))) {
+      const uint64_t index = space_.Index(c);
+      if (measured_.count(index) || !seen.insert(index).second || Covered(c)) continue;
+      double mean = 0, p_fail = 0;
+      Beliefs(index, space_.Encode(c), &mean, nullptr, &p_fail);
+      if (p_fail > 0.5) continue;
+      unchecked.emplace_back(mean, std::move(c));
+    }
   }
   std::stable_sort(unchecked.begin(), unchecked.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });

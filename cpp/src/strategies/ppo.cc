@@ -1,12 +1,13 @@
 // The PPO agent: a pre-trained policy walks the space by one-step moves and jumps, starting from
 // the cost model's prior and correcting it with every measurement. Several walkers propose one
 // config each per round (one per measuring worker); exploration decays round by round.
+#include <algorithm>
+#include <cmath>
 #include <memory>
-
-#include "dr_kernel/agent/pretrain.h"
 #include <unordered_set>
 
 #include "dr_kernel/agent/agent.h"
+#include "dr_kernel/agent/pretrain.h"
 #include "dr_kernel/strategy.h"
 
 namespace dr_kernel {
@@ -129,6 +130,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   const int64_t stop_after = options.Int("stop_after");
   const double stop_trust = options.Get("stop_trust");
   const bool stop_local = options.Get("stop_local") > 0;
+  const double stop_near = std::log1p(std::max(0.0, options.Get("stop_near")));
 
   // On a kernel family the cost model has not seen, its prior is a guess: from `climb`
   // measurements on, the session first measures the best config's untried one-step neighbours
@@ -221,7 +223,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       // beliefs that said "nothing to gain" were fitted on what the walk measured, which is often
       // one region of the space; a neighbour is where they are least extrapolated.
       for (;;) {
-        auto unchecked = walks[0].UncheckedNeighbours();
+        auto unchecked = walks[0].UncheckedNeighbours(stop_near);
         if (unchecked.empty()) return;
         const int64_t left = evaluator.evals_left();
         if (left <= 0) return;
@@ -274,6 +276,8 @@ StrategyInfo PpoStrategy() {
            {"stop_trust", "trust in the beliefs below which adaptive stopping never ends a session", 0.5},
            {"stop_local", "1: before adaptive stopping ends a session, measure the best config's untried one-step "
                           "neighbours (and a faster one's, in turn) so that it ends on a local optimum", 0},
+           {"stop_near", "with stop_local, the configs within this fraction of the best time count as the best "
+                         "too: their neighbours are measured as well (a tie on a GPU is decided by noise)", 0},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
                      "the policy acts, so that it moves on from local optima (0: never; benchmarks/agent.md)", 2},

@@ -292,5 +292,40 @@ TEST(PpoTest, StoppingOnALocalOptimumMeasuresTheBestConfigsNeighboursBeforeEndin
   EXPECT_GE(went_further, 1);
 }
 
+TEST(PpoTest, WithStopNearTheNeighboursOfConfigsTiedWithTheBestAreMeasuredToo) {
+  // stop_near = 0.02: a config within 2 % of the best counts as the best, so a session ends only
+  // where no recorded neighbour of any of them is faster than the best; it follows the stop_local
+  // session up to that one's first check, and measures at least as much.
+  EnsureAgent();
+  int measured_more = 0, ended_early = 0;
+  for (const auto& table : Tables()) {
+    ReplayEnv plain_env(table), near_env(table);
+    Evaluator plain(plain_env, Budget{60}), near(near_env, Budget{60});
+    RunStrategy("ppo", plain, 2, {{"stop", 0.1}});
+    RunStrategy("ppo", near, 2, {{"stop", 0.1}, {"stop_local", 1}, {"stop_near", 0.02}});
+    ASSERT_GE(near.evals(), plain.evals()) << table.problem.Label();
+    for (int64_t i = 0; i < plain.evals(); ++i)
+      ASSERT_EQ(near.history()[i].config, plain.history()[i].config) << table.problem.Label();
+    ReplayEnv local_env(table);
+    Evaluator local(local_env, Budget{60});
+    RunStrategy("ppo", local, 2, {{"stop", 0.1}, {"stop_local", 1}});
+    measured_more += near.evals() > local.evals();
+    if (near.exhausted() || near.best() == nullptr) continue;
+    ++ended_early;
+    const Space& space = near_env.space();
+    for (const auto& row : near.history()) {
+      if (!row.measurement.ok() || row.measurement.ms > near.best_ms() * 1.02) continue;
+      for (const Config& next : space.Neighbours(row.config)) {
+        const Measurement* recorded = near_env.Lookup(next);
+        if (recorded == nullptr || !recorded->ok() || near.Seen(next)) continue;
+        EXPECT_GE(recorded->ms, near.best_ms() * 0.98)
+            << table.problem.Label() << ": a faster neighbour of a config tied with the best was never measured";
+      }
+    }
+  }
+  EXPECT_GE(ended_early, static_cast<int>(Tables().size()) / 2);
+  EXPECT_GE(measured_more, 1);
+}
+
 }  // namespace
 }  // namespace dr_kernel

@@ -159,8 +159,10 @@ class Walk {
   // The one-step neighbours of the fastest config measured (the incumbent) that are neither
   // measured nor covered by a measured binary, leaving out those believed to fail (PFail above
   // one half); the most promising (lowest believed time) first. Empty when the incumbent is a
-  // local optimum as far as the walk can tell, or when nothing ran yet.
-  std::vector<Config> UncheckedNeighbours() const;
+  // local optimum as far as the walk can tell, or when nothing ran yet. With `near` > 0, every
+  // config within that log-ratio of the incumbent's time counts as an incumbent too: on a GPU two
+  // configs a fraction of a percent apart are a tie that timing noise decided.
+  std::vector<Config> UncheckedNeighbours(double near = 0) const;
 
   // Spearman rank correlation between predictions made just before measuring and the measured
   // times, over the ok measurements (0 with fewer than TrustConfig::min_pairs of them).
