@@ -58,7 +58,7 @@ def main() -> int:
         for family, load, held in groups:
             load()
             for stop in stops:
-                options = {"stop": stop, **extra} if stop > 0 else {}
+                options = {**extra, "stop": stop} if stop > 0 else dict(extra)
                 report = json.loads(_core.replay(held, "ppo", args.budget, args.repeats, 1.05, 0, options).to_json())
                 for problem in report["problems"]:
                     rows.append({"stop": stop, "family": family, "shape": problem["shape"],
