@@ -3,7 +3,9 @@
 // config each per round (one per measuring worker); exploration decays round by round.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <unordered_set>
 
 #include "dr_kernel/agent/agent.h"
@@ -13,6 +15,19 @@
 namespace dr_kernel {
 
 namespace {
+
+// When `after` is `before` with one parameter moved one step, the config one more step that way
+// (nullopt otherwise, or out of range).
+std::optional<Config> StepAgain(const Space& space, const Config& before, const Config& after) {
+  int moved = -1;
+  for (size_t p = 0; p < after.size(); ++p) {
+    if (after[p] == before[p]) continue;
+    if (moved >= 0 || std::abs(after[p] - before[p]) != 1) return std::nullopt;
+    moved = static_cast<int>(p);
+  }
+  if (moved < 0) return std::nullopt;
+  return space.Move(after, static_cast<size_t>(moved), after[moved] - before[moved]);
+}
 
 // One decision of a walker, kept when the policy learns online.
 struct Transition {
@@ -137,6 +152,9 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // (one a round, the most promising first), so that the policy acts from local optima.
   const int64_t climb = options.Int("climb");
   const bool unseen = prior->trust < agent::kSeenFamilyTrust;
+  // With climb_ahead, a climb step that made one parameter one step better is tried again first.
+  const bool climb_ahead = options.Get("climb_ahead") > 0;
+  std::optional<Config> best_before;  // The best config before the last round's measurements.
   for (;;) {
     std::vector<std::pair<int, agent::Move>> proposals;
     std::vector<bool> proposals_from_policy;
@@ -144,6 +162,12 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     std::vector<Config> batch;
     if (climb > 0 && unseen && evaluator.evals() >= climb) {
       auto unchecked = walks[0].UncheckedNeighbours();
+      if (climb_ahead && best_before && evaluator.best() != nullptr) {
+        if (auto ahead = StepAgain(space, *best_before, evaluator.best()->config)) {
+          auto it = std::find(unchecked.begin(), unchecked.end(), *ahead);
+          if (it != unchecked.end()) std::rotate(unchecked.begin(), it, it + 1);
+        }
+      }
       if (!unchecked.empty()) batch.push_back(std::move(unchecked.front()));
     }
     const bool climbing = !batch.empty();
@@ -180,6 +204,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     }
     if (proposals.empty() && !climbing) return;  // Nothing left that the agent would measure.
     for (const auto& p : proposals) batch.push_back(p.second.config);
+    if (evaluator.best() != nullptr) best_before = evaluator.best()->config;
     const auto results = evaluator.Evaluate(batch);
     if (climbing)
       for (auto& w : walks) w.Record(batch[0], results[0]);
@@ -278,6 +303,8 @@ StrategyInfo PpoStrategy() {
                           "neighbours (and a faster one's, in turn) so that it ends on a local optimum", 0},
            {"stop_near", "with stop_local, the configs within this fraction of the best time count as the best "
                          "too: their neighbours are measured as well (a tie on a GPU is decided by noise)", 0},
+           {"climb_ahead", "1: in the climb, after a step that made one parameter one step better, the same step "
+                           "again comes first (0: off; benchmarks/agent.md)", 1},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
                      "the policy acts, so that it moves on from local optima (0: never; benchmarks/agent.md)", 2},

@@ -261,6 +261,51 @@ TEST(PpoTest, OnAnUnseenFamilyTheSessionClimbsFromItsBestConfigBeforeThePolicyMo
   }
 }
 
+TEST(PpoTest, WithClimbAheadAStepThatPaidIsTakenAgainFirst) {
+  // On a kernel the agent has never seen, with climb_ahead: once a climb measurement made one
+  // parameter one step better, the next measurement moves that parameter one more step the same
+  // way, whenever that config is untried (and not covered or believed to fail).
+  EnsureAgent();
+  int followed = 0;
+  for (size_t t = 0; t < Tables().size(); ++t) {
+    ProblemTable unseen = Tables()[t];
+    unseen.problem.family = "unseen " + unseen.problem.family;
+    ReplayEnv env(unseen);
+    Evaluator session(env, Budget{30});
+    RunStrategy("ppo", session, 5, {{"climb", 2}, {"climb_ahead", 1}});
+    const Space& space = env.space();
+    const auto& history = session.history();
+    double best_ms = kInf;
+    size_t best_at = 0;
+    for (size_t i = 0; i + 1 < history.size(); ++i) {
+      const size_t before = best_at;
+      const double before_ms = best_ms;
+      if (history[i].measurement.objective() < best_ms) {
+        best_ms = history[i].measurement.objective();
+        best_at = i;
+      }
+      if (i < 2 || best_at != i || !(before_ms < kInf)) continue;
+      // Measurement i improved on the best, one parameter one step from it: i + 1 steps again.
+      const Config& from = history[before].config;
+      const Config& to = history[i].config;
+      int moved = -1, steps = 0;
+      for (size_t p = 0; p < to.size(); ++p)
+        if (to[p] != from[p]) moved = static_cast<int>(p), steps += std::abs(to[p] - from[p]);
+      if (steps != 1) continue;
+      const auto again = space.Move(to, static_cast<size_t>(moved), to[moved] - from[moved]);
+      if (!again || !space.IsValid(*again)) continue;
+      const Measurement* recorded = env.Lookup(*again);
+      if (recorded == nullptr || !recorded->ok()) continue;  // It may be believed to fail: skipped.
+      bool earlier = false;
+      for (size_t j = 0; j <= i; ++j) earlier |= history[j].config == *again;
+      if (earlier) continue;
+      EXPECT_EQ(history[i + 1].config, *again) << unseen.problem.Label() << " at measurement " << i + 2;
+      ++followed;
+    }
+  }
+  EXPECT_GE(followed, 2);
+}
+
 TEST(PpoTest, StoppingOnALocalOptimumMeasuresTheBestConfigsNeighboursBeforeEnding) {
   // With stop_local, a session that the stop rule would end first measures the untried one-step
   // neighbours of its best config, and moves on from a faster one: it ends where no recorded
