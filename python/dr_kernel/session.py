@@ -222,7 +222,8 @@ class StaticStage:
         fresh = list(dict.fromkeys(t for c in configs if (t := self._tickets.get(_key(c))) in queued))
         self.pool.promote(fresh)
         # The cap below drops the guesses least recently asked for.
-        self._guesses = collections.deque([*(t for t in self._guesses if t not in set(fresh)), *fresh])
+        renewed = set(fresh)
+        self._guesses = collections.deque([*(t for t in self._guesses if t not in renewed), *fresh])
         while len(self._guesses) > self.max_guesses:
             ticket = self._guesses.popleft()
             if self.pool.cancel(ticket):

@@ -339,8 +339,8 @@ TEST(PpoTest, StoppingOnALocalOptimumMeasuresTheBestConfigsNeighboursBeforeEndin
 
 TEST(PpoTest, WithStopNearTheNeighboursOfConfigsTiedWithTheBestAreMeasuredToo) {
   // stop_near = 0.02: a config within 2 % of the best counts as the best, so a session ends only
-  // where no recorded neighbour of any of them is faster than the best; it follows the stop_local
-  // session up to that one's first check, and measures at least as much.
+  // where no recorded neighbour of any of them is faster than the best; it follows the plain
+  // stopping session up to that one's end, and measures at least as much as the stop_local one.
   EnsureAgent();
   int measured_more = 0, ended_early = 0;
   for (const auto& table : Tables()) {
