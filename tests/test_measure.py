@@ -240,6 +240,28 @@ def test_a_spare_started_ahead_is_taken_with_the_environment_its_job_brings(monk
     measure._stop_parked()
 
 
+def test_the_spares_first_launch_kernel_runs_and_compiles_for_the_h200():
+    # A spare's warm-up (first_launch.warm) launches this kernel on its GPU while it waits: run here in
+    # Triton's interpreter, and compiled for sm_90 as the GPU machine's spare compiles it. Without a
+    # GPU, and under the interpreter, warm() launches nothing and says so.
+    import subprocess
+    import sys
+
+    from dr_kernel import first_launch
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    code = ("import torch; from dr_kernel import first_launch as f; x = torch.zeros(1, dtype=torch.int32); "
+            "f._increment[(1,)](x); f._increment[(1,)](x); print(int(x.item()), f.warm())")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert run.stdout.split() == ["2", "False"], run.stderr[-2000:]
+    assert not first_launch.warm()  # No GPU here.
+    compiled = compile(ASTSource(fn=first_launch._increment, signature={"x_ptr": "*i32"}),
+                       target=GPUTarget("cuda", 90, 32))
+    assert "st.global" in compiled.asm["ptx"]
+
+
 def test_a_start_ahead_that_fails_is_the_first_measurements_error():
     with pytest.raises(WorkerError, match="(?s)could not set up.*no CUDA device"):
         with MeasurePool(SlowSetupJob(fail=True), ["cpu"]) as pool:

@@ -335,13 +335,17 @@ def _child_entry(fd: int, spare_idle_s: float = 0.0) -> None:
     """Entry point of a measuring process: each job arrives as (job, device, settings, environment,
     import path); after one is done ("park") the process waits for the next, so that a program
     tuning many keys starts a measuring process (an interpreter, torch, CUDA: seconds) once, not
-    once per key. A spare (`prestart`) imports torch and Triton before any job, and leaves if none
-    comes within `spare_idle_s`."""
+    once per key. A spare (`prestart`) imports torch and Triton before any job, creates its CUDA
+    context and makes a first Triton launch (`first_launch.warm`), and leaves if no job comes within
+    `spare_idle_s`."""
     conn = Connection(fd)
     if spare_idle_s > 0:
         import torch  # noqa: F401 -- 4-5 s on the H200 machine: most of a measuring process's start.
         import triton  # noqa: F401
 
+        from .first_launch import warm
+
+        warm()  # The CUDA context and Triton's first launch: about 1 s of the first measurement.
         try:
             if not conn.poll(spare_idle_s):
                 return
@@ -482,8 +486,10 @@ def _popen_worker(env: dict, spare_idle_s: float = 0.0) -> tuple[Any, Any]:
 def prestart(device: str | None = None, idle_s: float = SPARE_IDLE_S) -> bool:
     """Starts a spare measuring process for `device` (the first visible GPU by default), unless a
     live one is parked there: it imports torch and Triton (4-5 s on the H200 machine, most of a
-    measuring process's start) while the program goes on, and the first measuring pool on that
-    device takes it. It touches no GPU until then, and leaves after `idle_s` seconds unused.
+    measuring process's start) while the program goes on, creates its CUDA context and makes a
+    first Triton launch of one element (about 1 s more of that start, which the first measurement
+    paid before), and the first measuring pool on that device takes it. It holds its context (about
+    0.5 GB of the GPU's memory) until then, and leaves after `idle_s` seconds unused.
     @optimize calls it at decoration for kernels measured in isolation; DR_KERNEL_PRESTART=0
     turns that off. Returns whether a spare was started."""
     if not _reuse_workers():
