@@ -2,9 +2,10 @@
 
 A process's first Triton launch pays for what every later launch reuses: Triton's CUDA driver
 utilities (built with the C compiler into a fresh cache), its backend, the compiler's version
-checks, the CUDA context itself. On the H200 machine that was about 1 s of the first config a
-tuning session measured (`docs/benchmarks.md`), after that config's compile, on the first call's
-critical path. A spare (`measure.prestart`) does it ahead, in time the program spends elsewhere.
+checks, the CUDA context itself. On the H200 machine the first config a tuning session measured
+took 0.9-1.3 s to load, after that config's compile, on the first call's critical path; with a
+spare that did this ahead (`measure.prestart`, in time the program spends elsewhere), 0.2-0.4 s
+(`docs/benchmarks.md`, eighth session of 2026-12-03).
 """
 
 from __future__ import annotations

@@ -345,7 +345,7 @@ def _child_entry(fd: int, spare_idle_s: float = 0.0) -> None:
 
         from .first_launch import warm
 
-        warm()  # The CUDA context and Triton's first launch: about 1 s of the first measurement.
+        warm()  # The CUDA context and Triton's first launch: 0.6-0.8 s of the first measurement (H200).
         try:
             if not conn.poll(spare_idle_s):
                 return
@@ -487,7 +487,7 @@ def prestart(device: str | None = None, idle_s: float = SPARE_IDLE_S) -> bool:
     """Starts a spare measuring process for `device` (the first visible GPU by default), unless a
     live one is parked there: it imports torch and Triton (4-5 s on the H200 machine, most of a
     measuring process's start) while the program goes on, creates its CUDA context and makes a
-    first Triton launch of one element (about 1 s more of that start, which the first measurement
+    first Triton launch of one element (0.6-0.8 s more of that start, which the first measurement
     paid before), and the first measuring pool on that device takes it. It holds its context (about
     0.5 GB of the GPU's memory) until then, and leaves after `idle_s` seconds unused.
     @optimize calls it at decoration for kernels measured in isolation; DR_KERNEL_PRESTART=0
