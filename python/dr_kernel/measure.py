@@ -488,8 +488,8 @@ def prestart(device: str | None = None, idle_s: float = SPARE_IDLE_S) -> bool:
     live one is parked there: it imports torch and Triton (4-5 s on the H200 machine, most of a
     measuring process's start) while the program goes on, creates its CUDA context and makes a
     first Triton launch of one element (0.6-0.8 s more of that start, which the first measurement
-    paid before), and the first measuring pool on that device takes it. It holds its context (about
-    0.5 GB of the GPU's memory) until then, and leaves after `idle_s` seconds unused.
+    paid before), and the first measuring pool on that device takes it. It holds its CUDA context
+    (GPU memory, its size not measured here) until then, and leaves after `idle_s` seconds unused.
     @optimize calls it at decoration for kernels measured in isolation; DR_KERNEL_PRESTART=0
     turns that off. Returns whether a spare was started."""
     if not _reuse_workers():
