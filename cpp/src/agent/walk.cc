@@ -269,13 +269,7 @@ std::vector<Config> Walk::UncheckedNeighbours(double near) const {
   for (const auto& [index, result] : measured_)
     if (result.ok && result.log_ms <= best + std::max(0.0, near)) incumbents.push_back(index);
   std::sort(incumbents.begin(), incumbents.end());
-  if (near <= 0) {  // Ties in time: the lowest index alone.
-    for (uint64_t index : incumbents)
-      if (measured_.at(index).log_ms == best) {
-        incumbents = {index};
-        break;
-      }
-  }
+  if (near <= 0) incumbents.resize(1);  // All tie with the best: the lowest index alone.
   std::vector<std::pair<double, Config>> unchecked;
   std::unordered_set<uint64_t> seen;
   for (uint64_t incumbent : incumbents) {

@@ -306,6 +306,18 @@ TEST(PpoTest, WithClimbAheadAStepThatPaidIsTakenAgainFirst) {
   EXPECT_GE(followed, 2);
 }
 
+// Whether a session run with more stopping checks took the plain stopping session's path up to
+// that one's end, and measured at least as much.
+::testing::AssertionResult FollowsThePlainSession(const Evaluator& plain, const Evaluator& other) {
+  if (other.evals() < plain.evals())
+    return ::testing::AssertionFailure() << other.evals() << " evaluations against the plain session's "
+                                         << plain.evals();
+  for (int64_t i = 0; i < plain.evals(); ++i)
+    if (!(other.history()[i].config == plain.history()[i].config))
+      return ::testing::AssertionFailure() << "measurement " << i + 1 << " differs from the plain session's";
+  return ::testing::AssertionSuccess();
+}
+
 TEST(PpoTest, StoppingOnALocalOptimumMeasuresTheBestConfigsNeighboursBeforeEnding) {
   // With stop_local, a session that the stop rule would end first measures the untried one-step
   // neighbours of its best config, and moves on from a faster one: it ends where no recorded
@@ -318,9 +330,7 @@ TEST(PpoTest, StoppingOnALocalOptimumMeasuresTheBestConfigsNeighboursBeforeEndin
     Evaluator plain(plain_env, Budget{60}), local(local_env, Budget{60});
     RunStrategy("ppo", plain, 2, {{"stop", 0.1}});
     RunStrategy("ppo", local, 2, {{"stop", 0.1}, {"stop_local", 1}});
-    ASSERT_GE(local.evals(), plain.evals()) << table.problem.Label();
-    for (int64_t i = 0; i < plain.evals(); ++i)
-      ASSERT_EQ(local.history()[i].config, plain.history()[i].config) << table.problem.Label();
+    ASSERT_TRUE(FollowsThePlainSession(plain, local)) << table.problem.Label();
     went_further += local.evals() > plain.evals();
     if (local.exhausted() || local.best() == nullptr) continue;
     ++ended_early;
@@ -348,9 +358,7 @@ TEST(PpoTest, WithStopNearTheNeighboursOfConfigsTiedWithTheBestAreMeasuredToo) {
     Evaluator plain(plain_env, Budget{60}), near(near_env, Budget{60});
     RunStrategy("ppo", plain, 2, {{"stop", 0.1}});
     RunStrategy("ppo", near, 2, {{"stop", 0.1}, {"stop_local", 1}, {"stop_near", 0.02}});
-    ASSERT_GE(near.evals(), plain.evals()) << table.problem.Label();
-    for (int64_t i = 0; i < plain.evals(); ++i)
-      ASSERT_EQ(near.history()[i].config, plain.history()[i].config) << table.problem.Label();
+    ASSERT_TRUE(FollowsThePlainSession(plain, near)) << table.problem.Label();
     ReplayEnv local_env(table);
     Evaluator local(local_env, Budget{60});
     RunStrategy("ppo", local, 2, {{"stop", 0.1}, {"stop_local", 1}});
