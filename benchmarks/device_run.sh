@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ops, opsprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-tma, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ncuprobes, ops, opsprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
@@ -100,6 +100,11 @@ for step in "$@"; do
     ncu)  # Issue 12: Nsight Compute counters of the four first built-in kernels, raw reports kept.
       timeout -k 10 300 python3 benchmarks/ncu_builtins.py --out "$work/ncu" > "$work/ncu.log" 2>&1
       echo "ncu: rc $? after $(elapsed) s"; tail -c 3000 "$work/ncu.log"
+      pack ;;
+    ncuprobes)  # Issue 12: counters of every recorded problem's probe configs, one ncu process a batch.
+      timeout -k 10 "${PROBES_TIMEOUT:-540}" python3 benchmarks/ncu_probes.py --out "$work/ncu-probes" \
+        --deadline "${PROBES_DEADLINE:-480}" > "$work/ncu-probes.log" 2>&1
+      echo "ncuprobes: rc $? after $(elapsed) s"; grep -v '^{' "$work/ncu-probes.log" | tail -c 3000
       pack ;;
     profile)  # Issue 12: `dr-kernel evaluate --profile` on the four first built-in kernels' best recorded configs.
       mkdir -p "$work/profile"

@@ -91,3 +91,77 @@ def test_evaluate_profile_without_a_gpu_says_what_it_needs_in_one_line():
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().count("\n") == 0 and "--profile" in run.stderr and "GPU" in run.stderr
+
+
+PROBES_REPORT = Path(__file__).resolve().parent / "data" / "ncu_probes_h200.csv"
+
+
+def _probe_specs() -> list[dict]:
+    """The middle probes of every bundled table, as benchmarks/ncu_probes.py profiled them."""
+    from dr_kernel import _core, bundled_tables
+    from dr_kernel.profiling import probe_config
+
+    specs = []
+    for table in _core.read_tables([str(p) for p in bundled_tables()]):
+        ok = [config for config, m in table.rows() if m["status"] == "ok"]
+        problem = table.problem
+        specs.append({"kernel": problem["family"], "shape": dict(problem["shape"]), "dtype": problem["dtype"] or "fp16",
+                      "config": probe_config(ok), "counters": next(
+                          (m["counters"] for config, m in table.rows() if m.get("counters", {}).get("probe") == 0.5
+                           and config == probe_config(ok)), None)})
+    return specs
+
+
+def test_the_probe_is_the_config_nearest_the_middle_of_every_parameter():
+    from dr_kernel.profiling import probe_config
+
+    configs = [{"BLOCK": b, "num_warps": w} for b in (256, 512, 1024, 2048, 4096) for w in (1, 2, 4, 8)]
+    assert probe_config(configs) == {"BLOCK": 1024, "num_warps": 2}  # Positions 2 of 0..4, 1.5 of 0..3: the earlier.
+    assert probe_config(configs, 0.0) == {"BLOCK": 256, "num_warps": 1}
+    assert probe_config(configs, 1.0) == {"BLOCK": 4096, "num_warps": 8}
+    # Only what exists is chosen: without the middle, the nearest by positions.
+    assert probe_config([c for c in configs if c["BLOCK"] != 1024]) in (
+        {"BLOCK": 512, "num_warps": 2}, {"BLOCK": 2048, "num_warps": 2})
+    with pytest.raises(ValueError, match="at least one config"):
+        probe_config([])
+    # The bundled tables carry the middle probe's counters on that probe's own row.
+    specs = _probe_specs()
+    assert len(specs) == 32 and all(s["counters"] for s in specs)
+    matmul = next(s for s in specs if s["kernel"] == "matmul" and s["shape"] == {"M": 4096, "N": 4096, "K": 4096})
+    assert matmul["config"] == {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4,
+                                "num_stages": 3}
+
+
+def test_profile_many_reads_each_configs_launch_from_one_batch_report(tmp_path):
+    """The report ncu wrote on the H200 for the 32 middle probes in one process: each spec gets its
+    own launch's counters, the ones stored with the bundled tables."""
+    from dr_kernel.profiling import match_launches, profile_many
+
+    specs = _probe_specs()
+    ncu = tmp_path / "ncu"
+    ncu.write_text(f"#!{sys.executable}\n" + f"""
+import json, sys
+args = sys.argv[1:]
+json.dump(args, open({str(tmp_path / "args.json")!r}, "w"))
+open(args[args.index("--log-file") + 1], "w").write(open({str(PROBES_REPORT)!r}).read())
+json.dump(["ok"] * {len(specs)}, open(args[-1], "w"))
+""")
+    ncu.chmod(ncu.stat().st_mode | stat.S_IXUSR)
+    results = profile_many([{k: s[k] for k in ("kernel", "shape", "dtype", "config")} for s in specs], ncu=str(ncu))
+    args = json.loads((tmp_path / "args.json").read_text())
+    assert args[args.index("--profile-from-start") + 1] == "off" and "--many" in args
+    for spec, result in zip(specs, results, strict=True):
+        assert "error" not in result, (spec, result)
+        assert result["duration_ns"] == spec["counters"]["duration_ns"], spec
+    # A config that failed in the program has no launch: the others still get their own.
+    launches = parse_csv(PROBES_REPORT.read_text())
+    assert len(launches) > len(specs)  # Some kernels launch a second one (a reduction, a cast).
+    names = [result["kernel"] for result in results]
+    outcomes = ["ok"] * len(specs)
+    outcomes[3] = "OutOfResources: shared memory"
+    fourth = next(i for i, launch in enumerate(launches)
+                  if counters(launch)["duration_ns"] == results[3]["duration_ns"])
+    matched = match_launches(launches[:fourth] + launches[fourth + 1:], names, outcomes)
+    assert matched[3] == {"error": "OutOfResources: shared memory"}
+    assert [m["duration_ns"] for i, m in enumerate(matched) if i != 3] == [
+        s["counters"]["duration_ns"] for i, s in enumerate(specs) if i != 3]

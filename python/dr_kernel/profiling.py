@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 WARMUP = 2
@@ -177,6 +177,95 @@ def profile(kernel: str, shape: Mapping[str, int], dtype: str, config: Mapping[s
     return counters(launches[-1])
 
 
+def probe_config(configs: Sequence[Mapping[str, Any]], quantile: float = 0.5) -> dict[str, Any]:
+    """The probe of a problem: the config of `configs` nearest to the `quantile` position of every
+    parameter's sorted values (the middle of the space by default), measured in positions along
+    each parameter, ties to the earlier config. It depends on the space alone, never on a
+    measurement, so a session can profile it before anything is timed; its counters describe the
+    problem (bound by memory or by arithmetic, how well L2 serves it) rather than the best config."""
+    if not configs:
+        raise ValueError("a probe needs at least one config to choose from")
+    names = sorted({name for config in configs for name in config})
+    positions = {}
+    for name in names:
+        values = sorted({config[name] for config in configs if name in config}, key=lambda v: (str(type(v)), v))
+        positions[name] = {value: i for i, value in enumerate(values)}
+    target = {name: quantile * (len(positions[name]) - 1) for name in names}
+
+    def distance(config: Mapping[str, Any]) -> float:
+        return sum(abs(positions[name][config[name]] - target[name]) if name in config else len(positions[name])
+                   for name in names)
+    return dict(min(configs, key=distance))
+
+
+def profile_many(specs: Sequence[Mapping[str, Any]], *, ncu: str | None = None, timeout_s: float = 600.0,
+                 keep_report: str | None = None) -> list[dict[str, Any]]:
+    """Counters of many configs of built-in kernels (each spec: kernel, shape, dtype, config) in one
+    ncu process: the program compiles and warms each spec up outside ncu's profiling range
+    (`--profile-from-start off`) and launches it once inside; ncu reads that launch. Far cheaper
+    than one profile() per config, which pays ncu's and the program's start for each. A spec that
+    fails in the program (out of resources, ...) gets {"error": ...}; so does every spec when ncu
+    reads nothing."""
+    from .kernels import get
+
+    names = []
+    for spec in specs:
+        builtin = get(spec["kernel"])
+        fn = builtin.fn_for(dict(spec["config"]), builtin.check_shape(spec["shape"]))
+        names.append(getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", spec["kernel"]))
+    metrics = [*METRICS.values(), *(stall_metric(r) for r in STALLS)]
+    with tempfile.TemporaryDirectory(prefix="dr_kernel_ncu_") as folder:
+        log, plan, done = (os.path.join(folder, n) for n in ("report.csv", "specs.json", "done.json"))
+        with open(plan, "w") as f:
+            json.dump([dict(spec) for spec in specs], f)
+        command = [find_ncu(ncu), "--csv", "--page", "raw", "--clock-control", "none", "--metrics", ",".join(metrics),
+                   "--profile-from-start", "off", "--target-processes", "all", "--log-file", log,
+                   sys.executable, "-m", "dr_kernel.profiling", "--many", plan, done]
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+            failure = ""
+        except subprocess.TimeoutExpired:
+            run, failure = None, f"ncu did not finish profiling {len(specs)} configs in {timeout_s:g} s"
+        text = open(log).read() if os.path.exists(log) else ""
+        outcomes = json.load(open(done)) if os.path.exists(done) else []
+        if keep_report:
+            with open(keep_report, "w") as f:
+                f.write(text)
+    if run is not None and run.returncode != 0 and "ERR_NVGPUCTRPERM" in text + run.stderr:
+        raise ProfileError("ncu may not read the GPU's counters here (ERR_NVGPUCTRPERM): run as root or allow "
+                           "profiling (NVreg_RestrictProfilingToAdminUsers=0)")
+    try:
+        launches = parse_csv(text)
+    except ProfileError:
+        launches = []
+    tail = (text + (run.stderr if run is not None else ""))[-1500:]
+    return match_launches(launches, names, outcomes, failure=failure, tail=tail)
+
+
+def match_launches(launches: Sequence[Mapping[str, Any]], names: Sequence[str], outcomes: Sequence[str], *,
+                   failure: str = "", tail: str = "") -> list[dict[str, Any]]:
+    """The counters of each spec of profile_many() from the report's launches: the program launched
+    each spec whose outcome is "ok" once inside the profiling range, in spec order, so the next
+    launch of the spec's kernel (`names`) is its own; other kernels of a spec (a reduction after a
+    split) come between and are passed over. Specs the program did not reach get `failure`."""
+    results: list[dict[str, Any]] = [{"error": failure or "the program did not reach this config"} for _ in names]
+    next_launch = 0
+    for index, outcome in enumerate(outcomes):
+        if outcome != "ok":
+            results[index] = {"error": outcome}
+            continue
+        while next_launch < len(launches) and not str(launches[next_launch].get("Kernel Name", "")).startswith(
+                names[index]):
+            next_launch += 1
+        if next_launch == len(launches):
+            results[index] = {"error": f"ncu's report holds no launch of {names[index]} for this config:\n{tail}"}
+            break
+        results[index] = counters(launches[next_launch])
+        next_launch += 1
+    return results
+
+
 def _target(spec: Mapping[str, Any]) -> None:
     """The profiled program: WARMUP + 1 launches of one config."""
     import torch
@@ -190,5 +279,38 @@ def _target(spec: Mapping[str, Any]) -> None:
     torch.cuda.synchronize()
 
 
+def _target_many(plan: str, done: str) -> None:
+    """The program of profile_many(): per spec, warm-up launches outside ncu's range, one inside;
+    `done` lists each spec's outcome ("ok" or the error), rewritten after every spec."""
+    import torch
+
+    from .kernels import get
+
+    specs = json.load(open(plan))
+    outcomes: list[str] = []
+    for spec in specs:
+        try:
+            kernel = get(spec["kernel"])
+            inputs = kernel.make_inputs(spec["shape"], spec["dtype"], "cuda")
+            for _ in range(WARMUP):
+                kernel.launch(inputs, spec["config"])
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+            try:
+                kernel.launch(inputs, spec["config"])
+                torch.cuda.synchronize()
+            finally:
+                torch.cuda.profiler.stop()
+            outcomes.append("ok")
+        except Exception as error:  # noqa: BLE001 - one config's failure is that config's outcome.
+            outcomes.append(f"{type(error).__name__}: {str(error)[:300]}")
+        inputs = None
+        with open(done, "w") as f:
+            json.dump(outcomes, f)
+
+
 if __name__ == "__main__":
-    _target(json.loads(sys.argv[1]))
+    if sys.argv[1] == "--many":
+        _target_many(sys.argv[2], sys.argv[3])
+    else:
+        _target(json.loads(sys.argv[1]))
