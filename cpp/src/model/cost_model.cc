@@ -70,7 +70,70 @@ GbdtOptions ReadTrees(std::istream& in) {
   return o;
 }
 
+// The counter features, in CounterFeatureNames() order; the stall shares are fractions of all
+// the stalls ncu reported, so kernels with long and short instruction streams compare.
+constexpr const char* kCounterNames[] = {
+    "counters_missing",         "probe_ms_log2",
+    "probe_over_roofline_log2", "probe_achieved_occupancy",
+    "probe_l2_hit_rate",        "probe_dram_throughput",
+    "probe_sm_throughput",      "probe_stall_long_scoreboard",
+    "probe_stall_barrier",      "probe_stall_short_scoreboard",
+    "probe_stall_math_pipe",    "probe_stall_mio_throttle",
+    "probe_stall_not_selected",
+};
+constexpr size_t kNumCounterFeatures = sizeof kCounterNames / sizeof kCounterNames[0];
+constexpr size_t kProbeMsFeature = 1, kProbeOverRooflineFeature = 2;
+
+std::vector<double> MissingCounters() {
+  std::vector<double> f(kNumCounterFeatures, -1.0);
+  f[0] = 1;
+  return f;
+}
+
+// The counter features of a probe's counters (profiling.stored_counters' names); the
+// probe-over-roofline slot is filled per problem in Input.
+std::vector<double> CounterFeaturesOf(const NamedValues& counters) {
+  auto get = [&](const char* name) {
+    const Value* v = Find(counters, name);
+    return v && !std::holds_alternative<std::string>(*v) ? ToDouble(*v) : kNaN;
+  };
+  const double duration_ns = get("duration_ns");
+  if (!(duration_ns > 0)) return MissingCounters();
+  std::vector<double> f(kNumCounterFeatures, 0.0);
+  f[kProbeMsFeature] = std::log2(duration_ns * 1e-6);
+  int i = 3;
+  for (const char* name :
+       {"achieved_occupancy_pct", "l2_hit_rate_pct", "dram_throughput_pct", "sm_throughput_pct"}) {
+    const double pct = get(name);
+    f[i++] = std::isnan(pct) ? -1.0 : pct / 100.0;
+  }
+  double stalls = 0;
+  for (const auto& [name, value] : counters)
+    if (name.rfind("stall_", 0) == 0 && !std::holds_alternative<std::string>(value))
+      stalls += std::max(0.0, ToDouble(value));
+  for (const char* name : {"stall_long_scoreboard", "stall_barrier", "stall_short_scoreboard",
+                           "stall_math_pipe_throttle", "stall_mio_throttle", "stall_not_selected"}) {
+    const double v = get(name);
+    f[i++] = stalls > 0 && !std::isnan(v) ? v / stalls : 0.0;
+  }
+  return f;
+}
+
 }  // namespace
+
+const std::vector<std::string>& CounterFeatureNames() {
+  static const std::vector<std::string> names(std::begin(kCounterNames), std::end(kCounterNames));
+  return names;
+}
+
+const NamedValues* ProbeCounters(const ProblemTable& table, double probe) {
+  for (const auto& row : table.rows) {
+    const Value* p = Find(row.measurement.counters, "probe");
+    if (p && !std::holds_alternative<std::string>(*p) && std::abs(ToDouble(*p) - probe) < 1e-9)
+      return &row.measurement.counters;
+  }
+  return nullptr;
+}
 
 GbdtOptions CostModelOptions::DefaultTimeTrees() {
   GbdtOptions o;
@@ -125,6 +188,13 @@ ModelInput CostModel::Input(const Problem& problem, const NamedValues& config,
   } else {
     in.time_features = in.failure_features;
   }
+  if (options_.use_counters) {
+    const auto it = problem_counters_.find(problem.Key());
+    std::vector<double> c = it == problem_counters_.end() ? MissingCounters() : it->second;
+    const double roofline_log2 = in.failure_features[kRooflineFeature];
+    if (c[0] == 0 && roofline_log2 != 0) c[kProbeOverRooflineFeature] = c[kProbeMsFeature] - roofline_log2;
+    in.time_features.insert(in.time_features.end(), c.begin(), c.end());
+  }
   in.family_seen = FamilySeen(problem.family);
   switch (options_.baseline) {
     case TimeBaseline::kNone:
@@ -152,19 +222,40 @@ void CostModel::Add(const Problem& problem, const NamedValues& config, const Mea
   failure_x_.insert(failure_x_.end(), in.failure_features.begin(), in.failure_features.end());
 }
 
+size_t CostModel::TimeFeatureCount() const {
+  return FeatureExtractor::size() + (options_.use_counters ? kNumCounterFeatures : 0);
+}
+
+void CostModel::SetProblemCounters(const Problem& problem, const NamedValues& counters) {
+  problem_counters_[problem.Key()] = CounterFeaturesOf(counters);
+}
+
+bool CostModel::SetProblemCounters(const ProblemTable& table) {
+  const NamedValues* counters = ProbeCounters(table, options_.counter_probe);
+  if (counters) SetProblemCounters(table.problem, *counters);
+  return counters != nullptr;
+}
+
+bool CostModel::has_counters(const Problem& problem) const {
+  const auto it = problem_counters_.find(problem.Key());
+  return it != problem_counters_.end() && it->second[0] == 0;
+}
+
 void CostModel::Add(const ProblemTable& table, double weight) {
+  SetProblemCounters(table);
   for (const auto& row : table.rows) Add(table.problem, row.config, row.measurement, weight);
 }
 
 void CostModel::Fit() {
   const size_t nf = FeatureExtractor::size();
+  const size_t ntf = TimeFeatureCount();
   // Time: ok rows, target log ms relative to the roofline so that trees learn efficiency, which
   // transfers across problem sizes, rather than size itself.
   Dataset time;
-  time.num_features = nf;
+  time.num_features = ntf;
   for (size_t i = 0; i < rows_.size(); ++i)
     if (rows_[i].status == Status::kOk)
-      time.Add(&time_x_[i * nf], rows_[i].log_ms - rows_[i].log_offset, rows_[i].weight);
+      time.Add(&time_x_[i * ntf], rows_[i].log_ms - rows_[i].log_offset, rows_[i].weight);
   if (time.num_rows() == 0)
     throw std::invalid_argument("the cost model has no ok measurement to fit; add measured rows first");
   const FeatureBins time_bins = FeatureBins::Fit(time, options_.time_trees.max_bins);
@@ -304,6 +395,16 @@ void CostModel::Save(std::ostream& out) const {
   const auto& names = FeatureExtractor::names();
   io::WriteU64(out, names.size());
   for (const auto& n : names) io::WriteString(out, n);
+  // Counters (version 2).
+  io::WriteU64(out, options_.use_counters ? 1 : 0);
+  io::WriteF64(out, options_.counter_probe);
+  io::WriteU64(out, kNumCounterFeatures);
+  for (const char* n : kCounterNames) io::WriteString(out, n);
+  io::WriteU64(out, problem_counters_.size());
+  for (const auto& [key, features] : problem_counters_) {
+    io::WriteString(out, key);
+    for (double v : features) io::WriteF64(out, v);
+  }
   // Training rows.
   io::WriteU64(out, rows_.size());
   for (const Row& r : rows_) {
@@ -334,9 +435,9 @@ CostModel CostModel::Load(std::istream& in) {
         "the stream is not a dr_kernel cost model (it does not start with 'dr_kernel cost model'); "
         "pass a file written by CostModel::Save");
   const uint64_t version = io::ReadU64(in, "the format version");
-  if (version != kFormatVersion)
+  if (version != 1 && version != kFormatVersion)
     throw ModelError("the cost model was saved in format version " + std::to_string(version) +
-                     " but this build reads version " + std::to_string(kFormatVersion) +
+                     " but this build reads versions 1 to " + std::to_string(kFormatVersion) +
                      "; refit the model with this build or load it with the build that saved it");
   CostModelOptions o;
   o.ensemble_size = static_cast<int>(io::ReadU64(in, "the options"));
@@ -385,7 +486,29 @@ CostModel CostModel::Load(std::istream& in) {
                      (i < names.size() ? names[i] : "") + "'); refit the model with this build");
   }
 
+  std::map<std::string, std::vector<double>> problem_counters;
+  if (version >= 2) {
+    o.use_counters = io::ReadU64(in, "the counter options") != 0;
+    o.counter_probe = io::ReadF64(in, "the counter options");
+    const uint64_t nc = io::ReadU64(in, "the counter feature names");
+    std::vector<std::string> saved_counters(nc > 1000 ? 0 : nc);
+    for (auto& n : saved_counters) n = io::ReadString(in, "the counter feature names");
+    if (saved_counters != CounterFeatureNames())
+      throw ModelError("the cost model was saved with another set of counter features; refit the model with "
+                       "this build");
+    const uint64_t problems = io::ReadU64(in, "the problems' counters");
+    if (problems > (1u << 20)) throw ModelError("the cost model stream has implausible counters; it is corrupt");
+    for (uint64_t i = 0; i < problems; ++i) {
+      std::string key = io::ReadString(in, "the problems' counters");
+      std::vector<double> features(kNumCounterFeatures);
+      for (double& v : features) v = io::ReadF64(in, "the problems' counters");
+      problem_counters.emplace(std::move(key), std::move(features));
+    }
+  }
+
   CostModel model(o, d);
+  model.problem_counters_ = std::move(problem_counters);
+  const size_t ntf = model.TimeFeatureCount();
   const uint64_t num_rows = io::ReadU64(in, "the training rows");
   if (num_rows > (1u << 26))
     throw ModelError("the cost model stream has an implausible row count; it is corrupt");
@@ -402,7 +525,7 @@ CostModel CostModel::Load(std::istream& in) {
     r.status = static_cast<Status>(s);
     r.weight = io::ReadF64(in, "a training row");
   }
-  model.time_x_.resize(num_rows * nf);
+  model.time_x_.resize(num_rows * ntf);
   for (double& v : model.time_x_) v = io::ReadF64(in, "the training features");
   model.failure_x_.resize(num_rows * nf);
   for (double& v : model.failure_x_) v = io::ReadF64(in, "the training features");
@@ -420,7 +543,7 @@ CostModel CostModel::Load(std::istream& in) {
     model.failure_models_.emplace_back(static_cast<Status>(s), Gbdt::Load(in));
   }
   for (const Gbdt& m : model.members_)
-    if (m.num_features() != nf)
+    if (m.num_features() != ntf)
       throw ModelError("a saved tree ensemble disagrees with the feature count; it is corrupt");
   return model;
 }

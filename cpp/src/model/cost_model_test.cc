@@ -149,6 +149,47 @@ TEST(CostModelTest, LoadRejectsOtherStreamsWithClearErrors) {
   EXPECT_THROW(CostModel::Load(truncated), ModelError);
 }
 
+TEST(CostModelTest, ProbeCountersOfTheBundledTablesAreProblemFeaturesThatSurviveSaveAndLoad) {
+  const auto tables = Tables({"attention", "softmax"});  // Three attention problems, one softmax.
+  for (const auto& t : tables) {
+    ASSERT_NE(ProbeCounters(t, 0.5), nullptr) << t.problem.Label();
+    EXPECT_EQ(ProbeCounters(t, 0.3), nullptr) << t.problem.Label();
+  }
+  CostModelOptions o = SmallOptions();
+  o.use_counters = true;
+  CostModel model(o);
+  for (size_t i = 0; i < 3; ++i) model.Add(tables[i]);
+  model.Fit();
+  const ProblemTable& held = tables[3];
+  EXPECT_FALSE(model.has_counters(held.problem));
+  const size_t nf = FeatureExtractor::size();
+  const size_t missing = nf;  // counters_missing comes first.
+  EXPECT_EQ(model.Input(held.problem, held.rows[0].config).time_features[missing], 1.0);
+  EXPECT_TRUE(model.SetProblemCounters(held));
+  EXPECT_TRUE(model.has_counters(held.problem));
+  const ModelInput in = model.Input(held.problem, held.rows[0].config);
+  ASSERT_EQ(in.time_features.size(), nf + CounterFeatureNames().size());
+  EXPECT_EQ(in.failure_features.size(), nf);
+  EXPECT_EQ(in.time_features[missing], 0.0);
+  const NamedValues& raw = *ProbeCounters(held, 0.5);
+  const size_t dram = nf + 5;
+  ASSERT_EQ(CounterFeatureNames()[5], "probe_dram_throughput");
+  EXPECT_DOUBLE_EQ(in.time_features[dram], ToDouble(*Find(raw, "dram_throughput_pct")) / 100);
+  // Every config of the problem shares its probe's features.
+  EXPECT_EQ(model.Input(held.problem, held.rows[7].config).time_features[dram], in.time_features[dram]);
+
+  std::stringstream stream;
+  model.Save(stream);
+  const CostModel loaded = CostModel::Load(stream);
+  EXPECT_TRUE(loaded.options().use_counters);
+  EXPECT_TRUE(loaded.has_counters(held.problem));
+  ExpectSamePredictions(PredictTable(model, held), PredictTable(loaded, held));
+
+  CostModel plain(SmallOptions());  // Without the option the counters are not features.
+  plain.Add(tables[0]);
+  EXPECT_EQ(plain.Input(held.problem, held.rows[0].config).time_features.size(), nf);
+}
+
 TEST(CostModelTest, PredictsResourceFailuresOfAnUnseenProblem) {
   auto tables = Tables({"matmul"});
   CostModel model(SmallOptions());

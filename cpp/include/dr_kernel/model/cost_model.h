@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <istream>
+#include <map>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -48,6 +49,13 @@ struct CostModelOptions {
   // analytic time alone (trees fitted to other families extrapolate badly to it), with this
   // standard deviation in log ms as its uncertainty.
   double unseen_family_log_std = 0.7;
+  // Append problem-level features from hardware counters (Nsight Compute) of the problem's probe
+  // config (profiling.probe_config: the middle of the space) to the time features: bound by
+  // memory or arithmetic, L2 hit rate, occupancy, what warps stall on. Problems without counters
+  // get the "missing" indicator. Off by default: see benchmarks/cost_model.md, "Hardware counters".
+  bool use_counters = false;
+  // Which probe's counters describe a problem: the quantile that ncu_probes.py stored as "probe".
+  double counter_probe = 0.5;
   // Threads fitting ensemble members in parallel (0: one per hardware thread). Results do not
   // depend on it.
   int threads = 0;
@@ -58,6 +66,12 @@ struct CostModelOptions {
   static GbdtOptions DefaultTimeTrees();
   static GbdtOptions DefaultFailureTrees();
 };
+
+// The problem-level features that CostModelOptions::use_counters appends, in order.
+const std::vector<std::string>& CounterFeatureNames();
+
+// The counters of `table`'s probe (the first row whose counters say "probe": `probe`), or nullptr.
+const NamedValues* ProbeCounters(const ProblemTable& table, double probe = 0.5);
 
 // What the model says of one configuration.
 struct CostPrediction {
@@ -90,8 +104,15 @@ class CostModel {
   // the problem) are skipped. Does not refit.
   void Add(const Problem& problem, const NamedValues& config, const Measurement& measurement,
            double weight = 1.0);
-  // Adds every row of a recorded table.
+  // Adds every row of a recorded table, and its probe's counters (SetProblemCounters).
   void Add(const ProblemTable& table, double weight = 1.0);
+  // The hardware counters of `problem`'s probe config (names as profiling.stored_counters writes
+  // them), for every later Add and Input of that problem; ignored unless options().use_counters.
+  // A held-out problem needs them too: predictions for it use them.
+  void SetProblemCounters(const Problem& problem, const NamedValues& counters);
+  // SetProblemCounters with the table's probe counters, when it has them (true then).
+  bool SetProblemCounters(const ProblemTable& table);
+  bool has_counters(const Problem& problem) const;
   // Fits every tree afresh on all rows added so far. Throws std::invalid_argument when no row is ok.
   void Fit();
   // The online update: adds a batch of measurements of one problem and refits.
@@ -121,8 +142,8 @@ class CostModel {
   // version, another feature set, or a truncated stream.
   static CostModel Load(std::istream& in);
 
-  // The format version that Save writes and Load accepts.
-  static constexpr uint64_t kFormatVersion = 1;
+  // The format version that Save writes; Load also reads version 1 (before counters).
+  static constexpr uint64_t kFormatVersion = 2;
 
  private:
   // What is kept of one training row besides its features.
@@ -136,6 +157,8 @@ class CostModel {
 
   // True when some training row is of `family`.
   bool FamilySeen(const std::string& family) const;
+  // Features of one time row: the extractor's, plus the counter features when used.
+  size_t TimeFeatureCount() const;
 
   CostModelOptions options_;
   FeatureExtractor extractor_;
@@ -145,6 +168,7 @@ class CostModel {
   std::vector<double> failure_x_;      // Row-major failure features of rows_.
   std::vector<Gbdt> members_;
   std::vector<std::pair<Status, Gbdt>> failure_models_;
+  std::map<std::string, std::vector<double>> problem_counters_;  // Problem::Key() -> counter features.
 };
 
 }  // namespace dr_kernel
