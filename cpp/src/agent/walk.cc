@@ -259,7 +259,7 @@ double Walk::GainChance(double gain) const {
   return most;
 }
 
-std::vector<Config> Walk::UncheckedNeighbours(double near) const {
+std::vector<Config> Walk::UncheckedNeighbours(double near, size_t top) const {
   double best = kInf;
   for (const auto& [index, result] : measured_)
     if (result.ok) best = std::min(best, result.log_ms);
@@ -270,6 +270,13 @@ std::vector<Config> Walk::UncheckedNeighbours(double near) const {
     if (result.ok && result.log_ms <= best + std::max(0.0, near)) incumbents.push_back(index);
   std::sort(incumbents.begin(), incumbents.end());
   if (near <= 0) incumbents.resize(1);  // All tie with the best: the lowest index alone.
+  if (top > 0 && incumbents.size() > top) {
+    std::stable_sort(incumbents.begin(), incumbents.end(), [&](uint64_t a, uint64_t b) {
+      return measured_.at(a).log_ms < measured_.at(b).log_ms;
+    });
+    incumbents.resize(top);
+    std::sort(incumbents.begin(), incumbents.end());
+  }
   std::vector<std::pair<double, Config>> unchecked;
   std::unordered_set<uint64_t> seen;
   for (uint64_t incumbent : incumbents) {

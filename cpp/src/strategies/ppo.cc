@@ -146,6 +146,8 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   const double stop_trust = options.Get("stop_trust");
   const bool stop_local = options.Get("stop_local") > 0;
   const double stop_near = std::log1p(std::max(0.0, options.Get("stop_near")));
+  const size_t stop_near_top = static_cast<size_t>(std::max<int64_t>(0, options.Int("stop_near_top")));
+  const bool stop_near_ends = options.Get("stop_near_ends") > 0;
 
   // On a kernel family the cost model has not seen, its prior is a guess: from `climb`
   // measurements on, the session first measures the best config's untried one-step neighbours
@@ -248,7 +250,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       // beliefs that said "nothing to gain" were fitted on what the walk measured, which is often
       // one region of the space; a neighbour is where they are least extrapolated.
       for (;;) {
-        auto unchecked = walks[0].UncheckedNeighbours(stop_near);
+        auto unchecked = walks[0].UncheckedNeighbours(stop_near, stop_near_top);
         if (unchecked.empty()) return;
         const int64_t left = evaluator.evals_left();
         if (left <= 0) return;
@@ -259,6 +261,8 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
           for (auto& w : walks) w.Record(unchecked[i], checked[i]);
         if (evaluator.exhausted()) return;
         if (!(walks[0].best_log_ms() < before)) return;  // The incumbent stands: a local optimum.
+        // A new best within stop_near of the old is a tie that noise decided, not a step: end.
+        if (stop_near_ends && walks[0].best_log_ms() >= before - stop_near) return;
       }
     }
     since_update += static_cast<int64_t>(batch.size());
@@ -303,6 +307,10 @@ StrategyInfo PpoStrategy() {
                           "neighbours (and a faster one's, in turn) so that it ends on a local optimum", 0},
            {"stop_near", "with stop_local, the configs within this fraction of the best time count as the best "
                          "too: their neighbours are measured as well (a tie on a GPU is decided by noise)", 0},
+           {"stop_near_top", "with stop_near, at most this many of the configs tied with the best (the fastest) "
+                             "count as the best (0: all of them)", 0},
+           {"stop_near_ends", "1: with stop_local, a round of neighbours whose best is within stop_near of the best "
+                              "before ends the session (a tie, not a step)", 0},
            {"climb_ahead", "1: in the climb, after a step that made one parameter one step better, the same step "
                            "again comes first (0: off; benchmarks/agent.md)", 1},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "

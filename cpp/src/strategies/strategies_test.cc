@@ -380,5 +380,26 @@ TEST(PpoTest, WithStopNearTheNeighboursOfConfigsTiedWithTheBestAreMeasuredToo) {
   EXPECT_GE(measured_more, 1);
 }
 
+TEST(PpoTest, StopNearTopAndStopNearEndsCutTheChecksOfTies) {
+  // stop_near_top = 1 counts only the fastest of the tied configs as the best, and stop_near_ends
+  // ends the checks at a round whose new best only ties with the old: both follow the plain
+  // stopping session, then measure no more than stop_near alone, and less on some problems.
+  EnsureAgent();
+  int fewer = 0;
+  for (const auto& table : Tables()) {
+    ReplayEnv plain_env(table), near_env(table), cut_env(table);
+    Evaluator plain(plain_env, Budget{60}), near(near_env, Budget{60}), cut(cut_env, Budget{60});
+    RunStrategy("ppo", plain, 2, {{"stop", 0.1}});
+    RunStrategy("ppo", near, 2, {{"stop", 0.1}, {"stop_local", 1}, {"stop_near", 0.02}});
+    RunStrategy("ppo", cut, 2,
+                {{"stop", 0.1}, {"stop_local", 1}, {"stop_near", 0.02}, {"stop_near_top", 1}, {"stop_near_ends", 1}});
+    ASSERT_TRUE(FollowsThePlainSession(plain, cut)) << table.problem.Label();
+    EXPECT_LE(cut.evals(), near.evals()) << table.problem.Label();
+    EXPECT_GE(cut.evals(), plain.evals()) << table.problem.Label();
+    fewer += cut.evals() < near.evals();
+  }
+  EXPECT_GE(fewer, 1);
+}
+
 }  // namespace
 }  // namespace dr_kernel

@@ -161,8 +161,9 @@ class Walk {
   // one half); the most promising (lowest believed time) first. Empty when the incumbent is a
   // local optimum as far as the walk can tell, or when nothing ran yet. With `near` > 0, every
   // config within that log-ratio of the incumbent's time counts as an incumbent too: on a GPU two
-  // configs a fraction of a percent apart are a tie that timing noise decided.
-  std::vector<Config> UncheckedNeighbours(double near = 0) const;
+  // configs a fraction of a percent apart are a tie that timing noise decided. With `top` > 0,
+  // only the `top` fastest of those incumbents count (ties in time by index).
+  std::vector<Config> UncheckedNeighbours(double near = 0, size_t top = 0) const;
 
   // Spearman rank correlation between predictions made just before measuring and the measured
   // times, over the ok measurements (0 with fewer than TrustConfig::min_pairs of them).
