@@ -148,6 +148,11 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   const double stop_near = std::log1p(std::max(0.0, options.Get("stop_near")));
   const size_t stop_near_top = static_cast<size_t>(std::max<int64_t>(0, options.Int("stop_near_top")));
   const bool stop_near_ends = options.Get("stop_near_ends") > 0;
+  // Patience: end once the best has gained less than stop_patience_gain over the last
+  // stop_patience measurements (a flat landscape whose differences are timing noise).
+  const int64_t stop_patience = options.Int("stop_patience");
+  const double stop_patience_gain = std::log1p(std::max(0.0, options.Get("stop_patience_gain")));
+  std::vector<double> best_by_eval;  // The best log ms after each measurement.
 
   // On a kernel family the cost model has not seen, its prior is a guess: from `climb`
   // measurements on, the session first measures the best config's untried one-step neighbours
@@ -239,6 +244,13 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         for (auto& s : walks) s.Rebase(*prior);
       }
     }
+    while (static_cast<int64_t>(best_by_eval.size()) < evaluator.evals())
+      best_by_eval.push_back(walks[0].best_log_ms());
+    if (stop_patience > 0 && !evaluator.exhausted() &&
+        evaluator.evals() >= std::max(stop_after, stop_patience + 1)) {
+      const double then = best_by_eval[static_cast<size_t>(evaluator.evals() - 1 - stop_patience)];
+      if (std::isfinite(then) && then - walks[0].best_log_ms() < stop_patience_gain) return;
+    }
     // Stop when even the most promising untried config is unlikely to be `stop_gain` faster than
     // the best (below `stop`), by beliefs the session trusts (low trust: they are no guide).
     if (stop > 0 && evaluator.evals() >= stop_after && !evaluator.exhausted() &&
@@ -311,6 +323,9 @@ StrategyInfo PpoStrategy() {
                              "count as the best (0: all of them)", 0},
            {"stop_near_ends", "1: with stop_local, a round of neighbours whose best is within stop_near of the best "
                               "before ends the session (a tie, not a step)", 0},
+           {"stop_patience", "end the session once the best has gained less than stop_patience_gain over the last "
+                             "this many measurements (0: never)", 0},
+           {"stop_patience_gain", "the gain, as a fraction, that stop_patience waits for", 0.02},
            {"climb_ahead", "1: in the climb, after a step that made one parameter one step better, the same step "
                            "again comes first (0: off; benchmarks/agent.md)", 1},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "

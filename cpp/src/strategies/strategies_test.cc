@@ -401,5 +401,33 @@ TEST(PpoTest, StopNearTopAndStopNearEndsCutTheChecksOfTies) {
   EXPECT_GE(fewer, 1);
 }
 
+TEST(PpoTest, WithStopPatienceASessionEndsOnceItsBestStopsGaining) {
+  // stop_patience = 10, gain 2 %: a session follows the whole-budget session's path and ends at the
+  // first measurement after which the best gained less than 2 % over the last 10 measurements.
+  EnsureAgent();
+  int ended_early = 0;
+  for (const auto& table : Tables()) {
+    ReplayEnv full_env(table), patient_env(table);
+    Evaluator full(full_env, Budget{60}), patient(patient_env, Budget{60});
+    RunStrategy("ppo", full, 2, {});
+    RunStrategy("ppo", patient, 2, {{"stop_patience", 10}, {"stop_patience_gain", 0.02}});
+    ASSERT_TRUE(FollowsThePlainSession(patient, full)) << table.problem.Label();
+    // The best after each of the whole session's measurements, and where patience ends it.
+    std::vector<double> best;
+    for (const auto& trial : full.history())
+      best.push_back(std::min(best.empty() ? kInf : best.back(),
+                              trial.measurement.ok() ? trial.measurement.ms : kInf));
+    int64_t expected = full.evals();
+    for (int64_t n = 11; n < full.evals(); ++n)
+      if (std::isfinite(best[n - 11]) && best[n - 11] < best[n - 1] * 1.02) {
+        expected = n;
+        break;
+      }
+    EXPECT_EQ(patient.evals(), expected) << table.problem.Label();
+    ended_early += patient.evals() < full.evals();
+  }
+  EXPECT_GE(ended_early, static_cast<int>(Tables().size()) / 2);
+}
+
 }  // namespace
 }  // namespace dr_kernel
