@@ -165,3 +165,56 @@ json.dump(["ok"] * {len(specs)}, open(args[-1], "w"))
     assert matched[3] == {"error": "OutOfResources: shared memory"}
     assert [m["duration_ns"] for i, m in enumerate(matched) if i != 3] == [
         s["counters"]["duration_ns"] for i, s in enumerate(specs) if i != 3]
+
+
+def test_tune_profile_stores_the_counters_of_the_winner_and_of_the_probe_with_their_measurements(tmp_path,
+                                                                                                  monkeypatch):
+    """`dr-kernel tune --profile` after a session (here a stand-in for one, its two configs timed):
+    one ncu process reads both; each is stored with its measurement, the probe's marked as the
+    tables mark it, so that a table exported from the store gives the cost model its features."""
+    import dr_kernel.session
+    from dr_kernel.cli.tune import profile_tuning
+    from dr_kernel.kernels import get
+    from dr_kernel.store import open_store
+
+    lines = PROBES_REPORT.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('"ID",'))
+    matmuls = [line for line in lines[start + 2:] if '"matmul_kernel"' in line][:2]
+    ncu = tmp_path / "ncu"
+    ncu.write_text(f"#!{sys.executable}\n" + f"""
+import json, sys
+args = sys.argv[1:]
+open(args[args.index("--log-file") + 1], "w").write({chr(10).join(lines[start:start + 2] + matmuls)!r})
+json.dump(["ok", "ok"], open(args[-1], "w"))
+""")
+    ncu.chmod(ncu.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(dr_kernel.session, "device_name", lambda interpret: "NVIDIA H200")
+    kernel, shape = get("matmul"), {"M": 4096, "N": 4096, "K": 4096}
+    space = kernel.space_for(shape)
+    winner = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+              "SPLIT_K": 1, "TMA": 0}
+    probe = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 3,
+             "SPLIT_K": 1, "TMA": 0}
+
+    class Session:
+        best_config = winner
+        history = [(winner, {"status": "ok", "ms": 0.2}, 1.0), (probe, {"status": "ok", "ms": 0.36}, 2.0)]
+
+    store = open_store(tmp_path / "r.db")
+    out = profile_tuning(kernel, shape, "fp16", space, Session, store, ncu=str(ncu))
+    first, second = (counters(launch) for launch in parse_csv("\n".join(lines[start:start + 2] + matmuls)))
+    assert out["winner"]["config"] == winner and out["winner"]["duration_ns"] == first["duration_ns"]
+    assert out["probe"]["config"] == probe and out["probe"]["duration_ns"] == second["duration_ns"]
+    problem = {"family": "matmul", "shape": shape, "device": "NVIDIA H200", "dtype": ""}
+    stored = {json.dumps(c, sort_keys=True): m.get("counters") for c, m in open_store(tmp_path / "r.db").rows(problem)}
+    assert stored[json.dumps(probe, sort_keys=True)]["probe"] == 0.5
+    assert "probe" not in stored[json.dumps(winner, sort_keys=True)]
+    assert stored[json.dumps(winner, sort_keys=True)]["duration_ns"] == first["duration_ns"]
+
+
+def test_tune_profile_in_the_interpreter_says_what_it_needs_in_one_line():
+    run = subprocess.run([sys.executable, "-m", "dr_kernel.cli", "tune", "--kernel", "softmax", "--shape",
+                          "rows=4,cols=64", "--interpret", "--profile", "--budget", "2"],
+                         capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().count("\n") == 0 and "--profile" in run.stderr and "--interpret" in run.stderr

@@ -55,6 +55,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not gpu and not args.interpret:
         raise UsageError(NO_GPU)
     _check_size(kernel, shape, dtype, args.interpret)
+    if args.profile:
+        from ..profiling import ProfileError, find_ncu
+
+        if args.interpret:
+            raise UsageError("--profile reads the counters of launches on a GPU: leave out --interpret")
+        try:
+            find_ncu()
+        except ProfileError as error:
+            raise UsageError(str(error)) from None
     interpret = args.interpret
     if space is None:  # The kernel's space for this problem, on this GPU (the H200's in the interpreter).
         from ..analysis import device_limits
@@ -98,6 +107,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                   limits.peak_tflops(dtype, kernel.tensor_cores), limits.peak_gbps))
         ref_ms = time_framework(kernel, shape, dtype, "cpu" if interpret else "cuda:0", reps=args.reps)
         out["reference"] = {"name": kernel.reference_name, "ms": ref_ms, "speedup": ref_ms / result.best_ms}
+        if args.profile:
+            out["counters"] = profile_tuning(kernel, shape, dtype, space, result, store, timeout_s=args.timeout)
     if args.json:
         out["history"] = [{"config": c, **{k: v for k, v in m.items() if v is not None and v == v and v != -1
                                            and v != ""}, "elapsed_s": e} for c, m, e in result.history]
@@ -105,6 +116,39 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 0 if result.best_config is not None else 1
     _print_tuning(out)
     return 0 if result.best_config is not None else 1
+
+def profile_tuning(kernel, shape: dict, dtype: str, space, result, store, *, timeout_s: float = 120.0,
+                   ncu: str | None = None) -> dict:
+    """--profile: Nsight Compute's counters of the winner and of the problem's probe (the space's
+    middle config, profiling.probe_config: what the cost model's counter features describe a
+    problem by) in one ncu process, each stored with its measurement in the results store (the
+    probe's marked `"probe": 0.5`, as in the recorded tables). A probe the session did not measure
+    has no measurement to store its counters with: it is reported, not stored."""
+    from ..profiling import ProfileError, probe_config, profile_many, stored_counters
+    from ..session import _storable, builtin_problem, device_name
+
+    probe = probe_config(space.configs())
+    roles = [("winner", result.best_config)] + ([("probe", probe)] if probe != result.best_config else [])
+    try:
+        read = profile_many([{"kernel": kernel.name, "shape": shape, "dtype": dtype, "config": config}
+                             for _, config in roles], ncu=ncu, timeout_s=timeout_s * len(roles))
+    except ProfileError as error:
+        read = [{"error": str(error)}] * len(roles)
+    measured = {json.dumps(c, sort_keys=True): m for c, m, _ in result.history if m.get("status") == "ok"}
+    problem = builtin_problem(kernel, shape, dtype, device_name(False))
+    out: dict = {}
+    for (role, config), counters in zip(roles, read, strict=True):
+        out[role] = {"config": config, **counters}
+        if probe == result.best_config:
+            out["probe"] = out["winner"]
+        m = measured.get(json.dumps(config, sort_keys=True))
+        if "error" in counters or m is None:
+            continue
+        row = _storable(m)
+        row["counters"] = {**({"probe": 0.5} if config == probe else {}), **stored_counters(counters)}
+        store.add(problem, config, row, "tune --profile")
+    return out
+
 
 def _print_tuning(o: dict) -> None:
     shape = " ".join(f"{k}={v}" for k, v in o["shape"].items())
@@ -131,6 +175,13 @@ def _print_tuning(o: dict) -> None:
         if o.get("reference"):
             print(f"  {o['reference']['name']}: {o['reference']['ms']:.4f} ms "
                   f"(the tuned kernel runs at {o['reference']['speedup']:.2f}x its speed)")
+    if o.get("counters"):
+        from ..profiling import format_counters
+
+        for role, c in o["counters"].items():
+            if role == "probe" and c is o["counters"].get("winner"):
+                continue
+            print(f"  {role} {json.dumps(c['config'])}: {format_counters(c)}")
     if o.get("note"):
         print(f"  note: {o['note']}")
     print(f"  every result is in {o['db']}")
@@ -169,5 +220,8 @@ def add_parser(sub) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="measure in this process, as triton.autotune does: no measuring process to start (seconds "
                         "of a short search), but a config that crashes the GPU context ends the run")
+    p.add_argument("--profile", action="store_true",
+                   help="after tuning, read Nsight Compute's counters (ncu) of the winner and of the problem's probe "
+                        "config, and store them with their measurements")
     p.add_argument("--json", action="store_true", help="print one JSON object, with every evaluation")
     p.set_defaults(func=cmd_tune)
