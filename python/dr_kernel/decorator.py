@@ -43,7 +43,8 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
     one tuning; with ``stop="auto"`` (the default) the agent ends a tuning earlier once another
     measurement is unlikely to pay (when even the most promising untried config has below a 20 %
     chance of being 5 % faster, by beliefs it trusts, and none of the best config's one-step
-    neighbours is faster), ``stop="budget"`` uses the whole budget.
+    neighbours is faster; or once the best has gained under 2 % in 24 measurements),
+    ``stop="budget"`` uses the whole budget.
     ``max_evals=0`` measures nothing: each key launches the config the cost model predicts fastest
     (zero wait; on kernel families it has not seen, 1.28x the best in the median).
     ``reference(**args)`` returns the correct outputs (in the order of ``outputs``, the names of

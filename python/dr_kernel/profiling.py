@@ -248,7 +248,9 @@ def match_launches(launches: Sequence[Mapping[str, Any]], names: Sequence[str], 
     """The counters of each spec of profile_many() from the report's launches: the program launched
     each spec whose outcome is "ok" once inside the profiling range, in spec order, so the next
     launch of the spec's kernel (`names`) is its own; other kernels of a spec (a reduction after a
-    split) come between and are passed over. Specs the program did not reach get `failure`."""
+    split) come between and are passed over. Specs the program did not reach get `failure`. (A spec
+    whose launch ran but whose synchronisation then failed leaves a launch for the next spec of the
+    same kernel; such an error, an illegal address, fails every later spec of the process too.)"""
     results: list[dict[str, Any]] = [{"error": failure or "the program did not reach this config"} for _ in names]
     next_launch = 0
     for index, outcome in enumerate(outcomes):

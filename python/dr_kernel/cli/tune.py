@@ -213,7 +213,8 @@ def add_parser(sub) -> None:
                    help="measure in Triton's interpreter on the CPU (small shapes; not GPU times)")
     p.add_argument("--stop", choices=["auto", "budget"], default="auto",
                    help="auto (default): the agent ends the search once no untried config is likely (20%%) to be "
-                        "5%% faster and no neighbour of the best is faster; budget: use the whole budget")
+                        "5%% faster and no neighbour of the best is faster, or once the best gained under 2%% in 24 "
+                        "measurements; budget: use the whole budget")
     p.add_argument("--fresh", action="store_true",
                    help="measure every config anew; by default the configs the store holds for this problem (an "
                         "earlier or interrupted run) count as measured and are not measured again")
