@@ -47,6 +47,8 @@ def main() -> None:
             walls.append(dr["tuning_wall_s"])
             autotune.append(at)
             split = " ".join(f"{k} {v:.1f}" for k, v in dr["split_s"].items())
+            if dr.get("compile_readiness"):  # Runs after 2026-12-04: were the compiles guessed in time?
+                split += "; compiles " + " ".join(f"{k} {v}" for k, v in dr["compile_readiness"].items())
             print(f"{path.stem:32s} quality {quality:.3f}  first call {dr['tuning_wall_s']:5.1f} s "
                   f"(autotune {at:5.1f} s)  {dr['evaluations']:2d} evaluations  [{split}]")
         if not qualities:

@@ -261,6 +261,7 @@ def run_problem(name: str, args, store) -> dict:
             "evaluations": session.evaluations,
             "measured": session.measured, "refused": session.refused, "copied": session.copied,
             "statuses": session.statuses(), "tuning_wall_s": session.wall_s, "split_s": session.split_s,
+            "compile_readiness": session.compile_readiness,
             "tuning_charged_s": session.history[-1][2] if session.history else 0.0,
             "best_config": session.best_config, "best_ms_while_tuning": session.best_ms,
             "confirmed": session.confirmed_json(),

@@ -118,6 +118,8 @@ def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_
     assert result["copied"] >= 1 and result["statuses"] == {"ok": 6}
     assert result["best_config"]["BLOCK"] in (64, 256) and result["best_ms"] > 0
     assert all(h["n_regs"] > 0 for h in result["history"])
+    # Every config the search measured or refused was asked of the compile stage once.
+    assert sum(result["compile_readiness"].values()) == result["measured"] + result["copied"] + result["refused"]
     assert result["reference"]["name"] == "torch.softmax" and result["reference"]["ms"] > 0
     # The best 3 measured binaries were timed 3 more times each, and the winner is the one with
     # the lowest median of those rounds.
@@ -136,7 +138,7 @@ def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_
     assert {(c["num_warps"], m["occupancy"]) for c, m in rows} <= {(1, 0.5), (4, 1.0)}
 
     code, out, _ = run(capsys, "tune", *TINY_SOFTMAX, "--space", TINY_SPACE, "--budget", "2", "--db", str(db))
-    assert code == 0 and "not GPU times" in out and "best:" in out
+    assert code == 0 and "not GPU times" in out and "best:" in out and "compiles asked for:" in out
 
 
 def test_tune_in_process_measures_here_and_says_how_to_run_it_when_it_cannot(capsys, tmp_path):

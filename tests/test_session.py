@@ -224,6 +224,23 @@ def test_a_walks_next_steps_compile_beside_its_current_one():
     assert guessed_before == {x for x in (first - 1, first + 1) if 0 <= x <= 4}
 
 
+def test_the_session_says_whether_its_compiles_were_guessed_in_time():
+    # A one-step walk's first config is compiled cold; every later step is a neighbour guessed
+    # beside the step before, compiled by the time it is asked for (this pool finishes everything
+    # queued whenever it is waited on). The next H200 run reads where compile waits come from here.
+    pool, measure = RecordingPool(), Counter()
+    stage = StaticStage(pool, lambda config: CompileRequest("fake", dict(config)))
+    result = run_session(PROBLEM, make_space({"X": [0, 1, 2, 3, 4]}), measure, static=stage, strategy="anneal",
+                         max_evals=3, seed=0)
+    steps = [m["X"] for m in measure.seen]
+    guessed = [any(abs(x - earlier) == 1 for earlier in steps[:i]) for i, x in enumerate(steps)]
+    assert len(steps) == 3 and guessed == [False, True, True], steps  # Each step a neighbour of one before.
+    assert result.compile_readiness == {"ready": 2, "compiling": 0, "cold": 1}
+    # Without a compile stage there is nothing to say.
+    assert run_session(PROBLEM, make_space({"X": [0, 1]}), Counter(), strategy="random", max_evals=1,
+                       seed=0).compile_readiness == {}
+
+
 def compile_any(request: CompileRequest) -> StaticReport:
     """Every config compiles, each to a binary of its own."""
     report = StaticReport(kernel="matmul", config=dict(request.config), compile_s=0.1, valid=True)

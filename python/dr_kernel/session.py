@@ -106,6 +106,10 @@ class StaticStage:
         self._guesses: collections.deque[int] = collections.deque()  # Queued guesses, least recently guessed first.
         self._also: set[tuple] = set()  # Keys of compile_also() requests not yet answered.
         self.guessed = 0  # Guesses that finished compiling.
+        # The configs asked for (reports_for) by what they were when asked: compiled already (a
+        # guess that finished), still compiling (a guess not finished: part of a compile waited
+        # for), or never guessed (a whole compile waited for).
+        self.readiness = {"ready": 0, "compiling": 0, "cold": 0}
         self._adaptive: set[int] = set()  # Tickets given an adaptive deadline shorter than the pool's.
 
     def close(self) -> None:
@@ -190,6 +194,8 @@ class StaticStage:
         waiting for what compile_also() queued). `then_guess` are guessed (guess()) once the
         configs are queued and before waiting for them, so that they compile beside them."""
         for config in configs:
+            key = _key(config)
+            self.readiness["ready" if key in self.reports else "compiling" if key in self._tickets else "cold"] += 1
             self._submit(config, speculative=False)
         if then_guess:
             self.guess(then_guess)
@@ -254,6 +260,9 @@ class SessionResult:
     copied: int = 0
     static: bool = False
     split_s: dict[str, float] = field(default_factory=dict)
+    # The configs the session asked the compile stage for, by what they were when asked
+    # (StaticStage.readiness): "ready", "compiling" or "cold"; empty without a compile stage.
+    compile_readiness: dict[str, int] = field(default_factory=dict)
     copied_from: dict[tuple, dict] = field(default_factory=dict)  # Copied config (sorted items) → its leader.
     # Config (sorted items) → the ids of the store rows the session added for it (Store.rejudge).
     stored_rows: dict[tuple, list[int]] = field(default_factory=dict)
@@ -540,6 +549,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         writer.close()
     result.wall_s = time.perf_counter() - started
     result.split_s = {**split, "search": max(0.0, result.wall_s - sum(split.values()))}
+    if static is not None:
+        result.compile_readiness = dict(static.readiness)
     return result
 
 

@@ -94,7 +94,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
            "interpreted": interpret, "evaluations": result.evaluations, "measured": result.measured,
            "refused": result.refused, "copied": result.copied, "statuses": result.statuses(),
            "tuning_s": result.history[-1][2] if result.history else 0.0, "wall_s": result.wall_s,
-           "split_s": result.split_s, "in_process": args.in_process,
+           "split_s": result.split_s, "compile_readiness": result.compile_readiness, "in_process": args.in_process,
            "best_config": result.best_config, "best_ms": result.best_ms if result.best_config else None,
            "confirmed": result.confirmed_json(),
            "db": str(store.path)}
@@ -158,6 +158,10 @@ def _print_tuning(o: dict) -> None:
     print(f"  measured {o['measured']}, refused before launch {o['refused']}, same binary as another {o['copied']}; "
           f"wall {o['wall_s']:.1f} s, charged {o['tuning_s']:.1f} s (compile + measure per config)")
     print("  wall time: " + ", ".join(f"{part} {seconds:.1f} s" for part, seconds in o["split_s"].items()))
+    if o.get("compile_readiness"):
+        r = o["compile_readiness"]
+        print(f"  compiles asked for: {r['ready']} ready (guessed in time), {r['compiling']} still compiling, "
+              f"{r['cold']} not guessed")
     if o["best_config"] is None:
         print("  no config ran correctly")
     else:
