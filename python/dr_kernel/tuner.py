@@ -325,7 +325,7 @@ WHOLE_LIST = 32
 # session went from 1.053x to 1.039x the best for 14 % more evaluations, "Ties before stopping").
 # It also ends once the best has gained less than 2 % over the last 24 measurements (stop_patience:
 # in replay on unseen families 41 % fewer evaluations, worst session 1.001x -> 1.020x the best over
-# three training seeds; with a GPU session's refits 7 % fewer, the longest sessions 35-45 % fewer,
+# three training seeds; with a GPU session's refits 7 % fewer, the longest sessions 35-46 % fewer,
 # worst unchanged; "Patience").
 # stop="budget" uses the whole budget.
 AUTO_STOP = {"stop": 0.2, "stop_gain": 0.05, "stop_local": 1, "stop_near": 0.01, "stop_patience": 24,
