@@ -139,14 +139,14 @@ def profile_tuning(kernel, shape: dict, dtype: str, space, result, store, *, tim
     out: dict = {}
     for (role, config), counters in zip(roles, read, strict=True):
         out[role] = {"config": config, **counters}
-        if probe == result.best_config:
-            out["probe"] = out["winner"]
         m = measured.get(json.dumps(config, sort_keys=True))
         if "error" in counters or m is None:
             continue
         row = _storable(m)
         row["counters"] = {**({"probe": 0.5} if config == probe else {}), **stored_counters(counters)}
         store.add(problem, config, row, "tune --profile")
+    if probe == result.best_config:
+        out["probe"] = out["winner"]
     return out
 
 
