@@ -153,6 +153,16 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   const int64_t stop_patience = options.Int("stop_patience");
   const double stop_patience_gain = std::log1p(std::max(0.0, options.Get("stop_patience_gain")));
   std::vector<double> best_by_eval;  // The best log ms after each measurement.
+  // True once the best has gained less than stop_patience_gain over the last stop_patience
+  // measurements (records the best of every measurement since the last call first).
+  auto out_of_patience = [&] {
+    while (static_cast<int64_t>(best_by_eval.size()) < evaluator.evals())
+      best_by_eval.push_back(walks[0].best_log_ms());
+    if (stop_patience <= 0 || evaluator.exhausted() || evaluator.evals() < std::max(stop_after, stop_patience + 1))
+      return false;
+    const double then = best_by_eval[static_cast<size_t>(evaluator.evals() - 1 - stop_patience)];
+    return std::isfinite(then) && then - walks[0].best_log_ms() < stop_patience_gain;
+  };
 
   // On a kernel family the cost model has not seen, its prior is a guess: from `climb`
   // measurements on, the session first measures the best config's untried one-step neighbours
@@ -244,13 +254,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         for (auto& s : walks) s.Rebase(*prior);
       }
     }
-    while (static_cast<int64_t>(best_by_eval.size()) < evaluator.evals())
-      best_by_eval.push_back(walks[0].best_log_ms());
-    if (stop_patience > 0 && !evaluator.exhausted() &&
-        evaluator.evals() >= std::max(stop_after, stop_patience + 1)) {
-      const double then = best_by_eval[static_cast<size_t>(evaluator.evals() - 1 - stop_patience)];
-      if (std::isfinite(then) && then - walks[0].best_log_ms() < stop_patience_gain) return;
-    }
+    if (out_of_patience()) return;
     // Stop when even the most promising untried config is unlikely to be `stop_gain` faster than
     // the best (below `stop`), by beliefs the session trusts (low trust: they are no guide).
     if (stop > 0 && evaluator.evals() >= stop_after && !evaluator.exhausted() &&
@@ -273,6 +277,9 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
           for (auto& w : walks) w.Record(unchecked[i], checked[i]);
         if (evaluator.exhausted()) return;
         if (!(walks[0].best_log_ms() < before)) return;  // The incumbent stands: a local optimum.
+        // Patience holds here too: on a flat landscape every round of ties' neighbours finds a
+        // "faster" one by noise, and these rounds alone could spend the whole budget.
+        if (out_of_patience()) return;
         // A new best within stop_near of the old is a tie that noise decided, not a step: end.
         if (stop_near_ends && walks[0].best_log_ms() >= before - stop_near) return;
       }

@@ -429,5 +429,37 @@ TEST(PpoTest, WithStopPatienceASessionEndsOnceItsBestStopsGaining) {
   EXPECT_GE(ended_early, static_cast<int>(Tables().size()) / 2);
 }
 
+TEST(PpoTest, WithStopPatienceTheChecksOfALocalOptimumEndToo) {
+  // The checks before a stopping session ends (stop_local, stop_near) measure the neighbours of
+  // every config tied with the best, round after round while one of them is faster: on a flat
+  // landscape noise makes one faster every round. Patience ends them too: a patient session
+  // follows the impatient one and ends where its best gained under 2 % over the last 6
+  // measurements, on some problems after the checks began (past the plain stopping session).
+  EnsureAgent();
+  const std::map<std::string, double> checks = {{"stop", 0.1}, {"stop_local", 1}, {"stop_near", 0.02}};
+  std::map<std::string, double> patient_options = checks;
+  patient_options["stop_patience"] = 6;
+  patient_options["stop_patience_gain"] = 0.02;
+  int ended_in_checks = 0;
+  for (const auto& table : Tables()) {
+    ReplayEnv plain_env(table), checks_env(table), patient_env(table);
+    Evaluator plain(plain_env, Budget{60}), impatient(checks_env, Budget{60}), patient(patient_env, Budget{60});
+    RunStrategy("ppo", plain, 2, {{"stop", 0.1}});
+    RunStrategy("ppo", impatient, 2, checks);
+    RunStrategy("ppo", patient, 2, patient_options);
+    ASSERT_TRUE(FollowsThePlainSession(patient, impatient)) << table.problem.Label();
+    if (patient.evals() == impatient.evals()) continue;
+    std::vector<double> best;
+    for (const auto& trial : patient.history())
+      best.push_back(std::min(best.empty() ? kInf : best.back(),
+                              trial.measurement.ok() ? trial.measurement.ms : kInf));
+    const int64_t n = patient.evals();
+    ASSERT_GE(n, 7) << table.problem.Label();
+    EXPECT_LT(best[n - 7], best[n - 1] * 1.02) << table.problem.Label() << ": ended with the best still gaining";
+    ended_in_checks += n > plain.evals();
+  }
+  EXPECT_GE(ended_in_checks, 1);
+}
+
 }  // namespace
 }  // namespace dr_kernel
