@@ -278,6 +278,36 @@ def test_the_agents_first_jumps_are_compiled_at_once_on_every_compile_worker():
     assert set(top) <= queued
 
 
+def test_a_steps_neighbours_are_guessed_in_the_cost_models_predicted_order():
+    # The workers cannot compile every neighbour of every step in time (on the H200 half the
+    # configs asked for were guesses still compiling), so the likeliest next steps go first.
+    from dr_kernel import _core
+
+    problem = {"family": "matmul", "shape": {"M": 4096, "N": 4096, "K": 4096}, "device": "NVIDIA H200",
+               "dtype": "fp16"}
+    space = make_space({"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256],
+                        "BLOCK_K": [32, 64, 128], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4]})
+    stage = StaticStage(CompilePool(workers=2, timeout_s=30, task=compile_any),
+                        lambda config: CompileRequest("matmul", dict(config)))
+    guessed: list[list[dict]] = []
+    guess = stage.guess
+    stage.guess = lambda configs: (guessed.append(list(configs)), guess(configs))[1]
+
+    def measure(configs, best_ms):
+        return [({"status": "ok", "ms": 1.0, "ms_p20": 1.0, "ms_p80": 1.0, "relerr": 0.0}, 0.1) for _ in configs]
+
+    try:
+        run_session(problem, space, measure, static=stage, strategy="ppo", max_evals=1, seed=0)
+    finally:
+        stage.close()
+    order = {tuple(sorted(c.items())): i for i, c in enumerate(_core.predicted_order(problem, space, 10**6))}
+    first_step = guessed[1]  # guessed[0]: the top-ranked configs, queued before the first measurement.
+    ranks = [order[tuple(sorted(c.items()))] for c in first_step]
+    assert ranks == sorted(ranks) and len(ranks) >= 5
+    plain = [order[tuple(sorted(n.items()))] for n in space.neighbours(first_step[0])]
+    assert plain != sorted(plain), "the space's own order is the predicted one: the test cannot tell them apart"
+
+
 def test_real_compiles_refuse_an_over_limit_matmul_and_share_softmax_binaries(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "cache"))
     seen: list[dict] = []

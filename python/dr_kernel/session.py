@@ -377,11 +377,19 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     trusted = [True]
     started = time.perf_counter()
     split = collections.Counter({"compile": 0.0, "load": 0.0, "measure": 0.0, "confirm": 0.0})
+    predicted_rank: dict[tuple, int] = {}  # Config → its place in the cost model's predicted order.
 
     def binary_of(config: dict, report: StaticReport | None) -> Hashable | None:
         if report is None or not report.valid or not report.binary_hash:
             return None
         return (report.binary_hash, launch_key(config)) if launch_key else report.binary_hash
+
+    def neighbours_ahead(batch: list[dict]) -> list[dict]:
+        """The batch's neighbours, those the cost model predicts fastest first (when it ranked them)."""
+        ahead = [n for c in batch for n in space.neighbours(c)]
+        if predicted_rank:
+            ahead.sort(key=lambda c: predicted_rank.get(_key(c), len(predicted_rank)))
+        return ahead
 
     def step(batch: list[dict]) -> list[tuple[dict, float]]:
         reports: list[StaticReport | None] = [None] * len(batch)
@@ -391,7 +399,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             waited = time.perf_counter()
             # What the strategy may ask next (the batch's neighbours) compiles beside the batch, so
             # that a walk's next step finds its binary ready instead of waiting a compile per step.
-            ahead = [n for c in batch for n in space.neighbours(c)] if prefetch else []
+            ahead = neighbours_ahead(batch) if prefetch else []
             try:
                 for i, report in zip(new, static.reports_for([batch[i] for i in new], then_guess=ahead), strict=True):
                     reports[i] = report
@@ -424,7 +432,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             to_measure.append(i)
         if static is not None and prefetch and trusted[0] and not new:
             # A batch of known configs compiled nothing: its neighbours are guessed here.
-            static.guess([n for c in batch for n in space.neighbours(c)])
+            static.guess(neighbours_ahead(batch))
         stored: set[int] = set()  # Positions in the batch already in the store.
         # Measured in this process (as triton.autotune measures), configs go one at a time, each
         # stored before the next: a crash of the process loses the config that crashed, not the
@@ -486,10 +494,14 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         # The agent's first measurements jump to what its cost model ranks best: compile those on
         # every idle compile worker at once, while the measuring process starts.
         try:
-            ranked = _core.predicted_order(dict(problem), space, static.pool.workers)
+            ranked = _core.predicted_order(dict(problem), space, space.count_valid())
         except (RuntimeError, ValueError):  # No trained model, or a space too large to rank whole.
             ranked = []
-        static.guess([c for c in ranked if not (known and _key(c) in known)])
+        # The agent moves towards what its cost model predicts fast, so a step's neighbours are
+        # guessed in that order: on the H200 the workers could not compile every neighbour of
+        # every step in time, and half the configs asked for were guesses still compiling.
+        predicted_rank.update((_key(c), i) for i, c in enumerate(ranked))
+        static.guess([c for c in ranked[:static.pool.workers] if not (known and _key(c) in known)])
     options = dict(options or {})
     per_round = PER_ROUND_OPTION.get(strategy)
     if per_round is not None and parallel > 1:
