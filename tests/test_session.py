@@ -278,9 +278,11 @@ def test_the_agents_first_jumps_are_compiled_at_once_on_every_compile_worker():
     assert set(top) <= queued
 
 
-def test_a_steps_neighbours_are_guessed_in_the_cost_models_predicted_order():
+def test_the_best_configs_neighbours_then_a_steps_are_guessed_in_the_predicted_order():
     # The workers cannot compile every neighbour of every step in time (on the H200 half the
-    # configs asked for were guesses still compiling), so the likeliest next steps go first.
+    # configs asked for were guesses still compiling, and most were neighbours of the fastest
+    # configs so far, not of the config measured just before): those go first, then the step's,
+    # each in the cost model's predicted order.
     from dr_kernel import _core
 
     problem = {"family": "matmul", "shape": {"M": 4096, "N": 4096, "K": 4096}, "device": "NVIDIA H200",
@@ -292,20 +294,32 @@ def test_a_steps_neighbours_are_guessed_in_the_cost_models_predicted_order():
     guessed: list[list[dict]] = []
     guess = stage.guess
     stage.guess = lambda configs: (guessed.append(list(configs)), guess(configs))[1]
+    measured: list[dict] = []
 
     def measure(configs, best_ms):
-        return [({"status": "ok", "ms": 1.0, "ms_p20": 1.0, "ms_p80": 1.0, "relerr": 0.0}, 0.1) for _ in configs]
+        measured.extend(configs)
+        # The first config measured stays the fastest.
+        return [({"status": "ok", "ms": 1.0 if len(measured) == 1 else 2.0, "ms_p20": 1.0, "ms_p80": 1.0,
+                  "relerr": 0.0}, 0.1) for _ in configs]
 
     try:
-        run_session(problem, space, measure, static=stage, strategy="ppo", max_evals=1, seed=0)
+        run_session(problem, space, measure, static=stage, strategy="ppo", max_evals=2, seed=0)
     finally:
         stage.close()
     order = {tuple(sorted(c.items())): i for i, c in enumerate(_core.predicted_order(problem, space, 10**6))}
-    first_step = guessed[1]  # guessed[0]: the top-ranked configs, queued before the first measurement.
-    ranks = [order[tuple(sorted(c.items()))] for c in first_step]
-    assert ranks == sorted(ranks) and len(ranks) >= 5
-    plain = [order[tuple(sorted(n.items()))] for n in space.neighbours(first_step[0])]
+
+    def ranks(configs):
+        return [order[tuple(sorted(c.items()))] for c in configs]
+
+    # guessed[0]: the top-ranked configs, queued before the first measurement; [1]: the first
+    # step's neighbours alone (nothing measured yet); [2]: the best's neighbours, then the step's.
+    first, second = measured[0], measured[1]
+    assert ranks(guessed[1]) == sorted(ranks(guessed[1])) and len(guessed[1]) >= 5
+    plain = ranks(space.neighbours(first))
     assert plain != sorted(plain), "the space's own order is the predicted one: the test cannot tell them apart"
+    best_part, step_part = guessed[2][:len(plain)], guessed[2][len(plain):]
+    assert ranks(best_part) == sorted(plain)
+    assert ranks(step_part) == sorted(ranks(space.neighbours(second)))
 
 
 def test_real_compiles_refuse_an_over_limit_matmul_and_share_softmax_binaries(tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ by one-step neighbours, ahead of need, while the GPU measures), so wall time is 
 from __future__ import annotations
 
 import collections
+import heapq
 import math
 import os
 import statistics
@@ -45,6 +46,9 @@ Measure = Callable[[list[dict], float], list[tuple[dict, float]]]
 
 # The option by which a strategy proposes several configs per round, for several measuring GPUs.
 PER_ROUND_OPTION = {"ppo": "walkers", "random": "batch"}
+# Guessed compiles: the untried neighbours of the GUESS_LEADERS fastest configs measured, those
+# within GUESS_NEAR of the best (ties that noise orders; ppo's stop_near is the same 1 %), go first.
+GUESS_LEADERS, GUESS_NEAR = 3, 0.01
 
 
 def _key(config: Mapping[str, Any]) -> tuple:
@@ -378,6 +382,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     started = time.perf_counter()
     split = collections.Counter({"compile": 0.0, "load": 0.0, "measure": 0.0, "confirm": 0.0})
     predicted_rank: dict[tuple, int] = {}  # Config → its place in the cost model's predicted order.
+    fastest: list[tuple[float, int, dict]] = []  # (ms, order, config) of every config measured here that ran.
 
     def binary_of(config: dict, report: StaticReport | None) -> Hashable | None:
         if report is None or not report.valid or not report.binary_hash:
@@ -385,11 +390,15 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         return (report.binary_hash, launch_key(config)) if launch_key else report.binary_hash
 
     def neighbours_ahead(batch: list[dict]) -> list[dict]:
-        """The batch's neighbours, those the cost model predicts fastest first (when it ranked them)."""
-        ahead = [n for c in batch for n in space.neighbours(c)]
-        if predicted_rank:
-            ahead.sort(key=lambda c: predicted_rank.get(_key(c), len(predicted_rank)))
-        return ahead
+        """What to compile before it is asked for: the neighbours of the fastest configs so far
+        (ppo's climbs and its checks before stopping measure those: 59 % of the configs its H200
+        sessions asked for, against 24 % that were neighbours of the config measured just before),
+        then the batch's; each group in the cost model's predicted order when it ranked them."""
+        ranked = (lambda configs: sorted(configs, key=lambda c: predicted_rank.get(_key(c), len(predicted_rank)))) \
+            if predicted_rank else list
+        leaders = [c for ms, _, c in heapq.nsmallest(GUESS_LEADERS, fastest) if ms <= best[0] * (1 + GUESS_NEAR)]
+        return [*ranked([n for c in leaders for n in space.neighbours(c)]),
+                *ranked([n for c in batch for n in space.neighbours(c)])]
 
     def step(batch: list[dict]) -> list[tuple[dict, float]]:
         reports: list[StaticReport | None] = [None] * len(batch)
@@ -465,6 +474,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                     by_binary[binary] = (batch[i], m)
                 if m["status"] == "ok":
                     best[0] = min(best[0], m["ms"])
+                    fastest.append((m["ms"], len(fastest), batch[i]))
                 if store is not None:
                     writer.add(dict(problem), batch[i], _storable(m), source)
                     stored.add(i)
