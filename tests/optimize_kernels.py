@@ -69,3 +69,13 @@ def _precision_choices(tolerance):
 
 
 precision_exact, precision_loose = _precision_choices(None), _precision_choices(0.01)
+
+
+# profile=True: after tuning, ncu's counters of the winner (tests/test_profiling.py gives it a
+# stand-in ncu that runs the real profiled program in the interpreter).
+@optimize(max_evals=2, key=["n"], space={"BLOCK": [32, 64]}, strategy="exhaustive", isolate=True, profile=True)
+@triton.jit
+def profiled_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, 2 * tl.load(x_ptr + offs, mask=mask), mask=mask)

@@ -218,3 +218,70 @@ def test_tune_profile_in_the_interpreter_says_what_it_needs_in_one_line():
                          capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().count("\n") == 0 and "--profile" in run.stderr and "--interpret" in run.stderr
+
+
+PROFILED_SCRIPT = """
+import json, sys, torch, triton
+from optimize_kernels import profiled_kernel
+from dr_kernel.store import open_store
+n = 1000
+x = torch.randn(n)
+y = torch.empty_like(x)
+profiled_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n)
+rows = [(c, m.get("counters")) for problem in open_store(sys.argv[1]).problems() for c, m in
+        open_store(sys.argv[1]).rows(problem)]
+print(json.dumps({"correct": bool((y == 2 * x).all()), "best": profiled_kernel.best_config.all_kwargs(),
+                  "counters": {str(k): v for k, v in profiled_kernel.counters.items()}, "rows": rows,
+                  "notes": profiled_kernel.notes}))
+"""
+
+
+def test_optimize_profile_reads_the_winners_counters_in_a_process_that_launches_it(tmp_path):
+    """@optimize(profile=True): after the tuning, ncu runs the profiled program (here a stand-in
+    ncu runs the real program in the interpreter, then writes the H200 report renamed to this
+    kernel): the program sets up the tuning's measuring job and launches the winner; its counters
+    are kept per key and stored with the winner's measurement."""
+    record = tmp_path / "ncu.json"
+    ncu = tmp_path / "ncu"
+    ncu.write_text(f"#!{sys.executable}\n" + f"""
+import json, subprocess, sys
+args = sys.argv[1:]
+log = args[args.index("--log-file") + 1]
+run = subprocess.run(args[args.index("--log-file") + 2:], capture_output=True, text=True)
+done = json.load(open(args[-1])) if run.returncode == 0 else None
+ran = {{"args": args, "rc": run.returncode, "stderr": run.stderr[-3000:], "done": done}}
+json.dump(ran, open({str(record)!r}, "w"))
+open(log, "w").write({REPORT.read_text().replace("matmul_kernel", "profiled_kernel")!r})
+""")
+    ncu.chmod(ncu.stat().st_mode | stat.S_IXUSR)
+    db = tmp_path / "results.db"
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(db), DR_KERNEL_NCU=str(ncu),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
+    out = subprocess.run([sys.executable, "-c", PROFILED_SCRIPT, str(db)], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    ran = json.loads(record.read_text())
+    assert ran["rc"] == 0 and ran["done"] == ["ok"], ran["stderr"]  # The winner launched in the program.
+    assert ran["args"][ran["args"].index("--profile-from-start") + 1] == "off" and "--job" in ran["args"]
+    assert result["correct"] and not result["notes"], result["notes"]
+    (counters_read,) = result["counters"].values()
+    (launch,) = parse_csv(REPORT.read_text())
+    assert counters_read["kernel"] == "profiled_kernel"
+    assert counters_read["duration_ns"] == counters(launch)["duration_ns"]
+    stored = [(c, m) for c, m in result["rows"] if m is not None]
+    assert len(stored) == 1 and stored[0][0]["BLOCK"] == result["best"]["BLOCK"]
+    assert stored[0][1]["duration_ns"] == counters(launch)["duration_ns"]
+
+
+def test_optimize_profile_without_ncu_keeps_the_tuning_and_says_why(tmp_path):
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
+               DR_KERNEL_NCU=str(tmp_path / "no-ncu-here"), PATH="/usr/bin:/bin",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
+    out = subprocess.run([sys.executable, "-c", PROFILED_SCRIPT, str(tmp_path / "results.db")], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["correct"] and result["counters"] == {}
+    (note,) = result["notes"]
+    assert "profile=True read no counters" in note and "needs Nsight Compute's ncu" in note

@@ -35,7 +35,7 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
              settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
              compile_timeout: float = 120.0, pre_hook: Callable | None = None, post_hook: Callable | None = None,
              prune_configs_by: Mapping | None = None, stop: str = "auto", verbose: bool | None = None,
-             tolerance: float | None = None):
+             tolerance: float | None = None, profile: bool = False):
     """Decorates a @triton.jit kernel so that its first call per key tunes it.
 
     ``space`` (a dict of value lists) or ``configs`` (a list of triton.Config) is the search space;
@@ -77,6 +77,13 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
     ``verbose=True`` shows each tuning's progress on stderr (configs measured, best time so far,
     time left; a bar on a terminal, a line every few seconds elsewhere); ``None`` (the default)
     shows it when the environment variable DR_KERNEL_VERBOSE is set to 1.
+
+    ``profile=True`` reads Nsight Compute's counters of each tuning's winner (achieved occupancy,
+    L2 hit rate, DRAM and SM throughput, stall reasons; ``ncu`` must be installed and allowed to
+    read the GPU's counters): ncu runs a process of its own that launches the winner as a
+    measuring process does, a few seconds per key. They are kept in ``kernel.counters[key]`` and
+    stored with the winner's measurement; without them the tuning stands and a warning says why.
+    Kernels measured in this process (hooks, ``isolate=False``) cannot be profiled this way.
     """
 
     def decorator(fn):
@@ -86,6 +93,6 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
                            prune_configs_by=prune_configs_by, reference=reference, outputs=outputs, db=db,
                            settings=settings, isolate=isolate, static_checks=static_checks,
                            compile_timeout=compile_timeout, first_config_is_reference=configs is not None,
-                           stop=stop, verbose=verbose, tolerance=tolerance)
+                           stop=stop, verbose=verbose, tolerance=tolerance, profile=profile)
 
     return decorator

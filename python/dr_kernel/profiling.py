@@ -1,4 +1,4 @@
-"""Hardware counters of one config of a built-in kernel, read by Nsight Compute (`ncu`).
+"""Hardware counters of configs of a kernel, read by Nsight Compute (`ncu`).
 
 `profile(kernel, shape, dtype, config)` runs this module as a program under `ncu`: the program
 builds the kernel's inputs on the GPU, launches the config `WARMUP` times (compiles, caches
@@ -11,6 +11,8 @@ the one timed).
 What is read (`METRICS`, `STALLS`): achieved and theoretical occupancy, L2 hit rate, DRAM and
 SM throughput as % of peak, the kernel's duration, and the stall reasons: for each reason the
 average number of warps stalled on it per issued instruction (ncu's WarpStateStats section).
+`profile_many` reads many configs of built-in kernels in one ncu process, `profile_job` those of
+any kernel a measuring process can launch (@optimize's, with `profile=True`).
 `parse_csv` reads ncu's `--page raw --csv` output; tests use a report recorded on the H200
 (tests/data/ncu_matmul_h200.csv).
 """
@@ -63,8 +65,9 @@ def find_ncu(ncu: str | None = None) -> str:
     for path in candidates:
         if path and os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    raise ProfileError("--profile needs Nsight Compute's ncu, which is not on PATH: install Nsight Compute "
-                       "(it comes with the CUDA toolkit) or set DR_KERNEL_NCU to the ncu executable")
+    raise ProfileError("reading counters (--profile, profile=True) needs Nsight Compute's ncu, which is not on "
+                       "PATH: install Nsight Compute (it comes with the CUDA toolkit) or set DR_KERNEL_NCU to the "
+                       "ncu executable")
 
 
 def _number(text: str) -> Any:
@@ -213,20 +216,58 @@ def profile_many(specs: Sequence[Mapping[str, Any]], *, ncu: str | None = None, 
         builtin = get(spec["kernel"])
         fn = builtin.fn_for(dict(spec["config"]), builtin.check_shape(spec["shape"]))
         names.append(getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", spec["kernel"]))
-    metrics = [*METRICS.values(), *(stall_metric(r) for r in STALLS)]
-    with tempfile.TemporaryDirectory(prefix="dr_kernel_ncu_") as folder:
-        log, plan, done = (os.path.join(folder, n) for n in ("report.csv", "specs.json", "done.json"))
+
+    def write_plan(plan: str) -> None:
         with open(plan, "w") as f:
             json.dump([dict(spec) for spec in specs], f)
+    return _profile_batch("--many", write_plan, names, ncu=ncu, timeout_s=timeout_s, keep_report=keep_report)
+
+
+def profile_job(job, configs: Sequence[Mapping[str, Any]], kernel_name: str, *, device: str = "cuda:0",
+                ncu: str | None = None, timeout_s: float = 600.0, keep_report: str | None = None
+                ) -> list[dict[str, Any]]:
+    """Counters of configs of any kernel that a measuring process can launch: `job` is the
+    measure.Job of a tuning (the kernel of @optimize or of a switched-over triton.autotune, its
+    arguments, hooks and checks), sent to the program as it is sent to a measuring process. The
+    program sets the job up on `device` (the one GPU it sees, as a measuring process does) and,
+    per config, warms it up and launches it once inside ncu's profiling range, each launch with
+    the job's restores and hooks around it (outside the range). `kernel_name` is the kernel's name
+    in ncu's report. Raises ProfileError when the job cannot travel (a hook defined in a notebook)."""
+    import pickle
+
+    from .measure import _worker_env
+
+    target = "cuda:0" if device.startswith("cuda:") else device
+    try:
+        payload = pickle.dumps((job, target, [dict(c) for c in configs]))
+    except (pickle.PicklingError, TypeError, AttributeError) as error:
+        raise ProfileError(f"the kernel's launch cannot be sent to ncu's process ({error}); a kernel measured in "
+                           "this process (hooks, isolate=False) cannot be profiled") from None
+
+    def write_plan(plan: str) -> None:
+        with open(plan, "wb") as f:
+            f.write(payload)
+    return _profile_batch("--job", write_plan, [kernel_name] * len(configs), ncu=ncu, timeout_s=timeout_s,
+                          keep_report=keep_report, env=_worker_env(device))
+
+
+def _profile_batch(mode: str, write_plan, names: Sequence[str], *, ncu: str | None, timeout_s: float,
+                   keep_report: str | None, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Runs this module's program `mode` (--many, --job) under ncu on the plan `write_plan(path)`
+    writes, and matches the report's launches to the plan's configs (their kernels' `names`)."""
+    metrics = [*METRICS.values(), *(stall_metric(r) for r in STALLS)]
+    with tempfile.TemporaryDirectory(prefix="dr_kernel_ncu_") as folder:
+        log, plan, done = (os.path.join(folder, n) for n in ("report.csv", "plan", "done.json"))
+        write_plan(plan)
         command = [find_ncu(ncu), "--csv", "--page", "raw", "--clock-control", "none", "--metrics", ",".join(metrics),
                    "--profile-from-start", "off", "--target-processes", "all", "--log-file", log,
-                   sys.executable, "-m", "dr_kernel.profiling", "--many", plan, done]
+                   sys.executable, "-m", "dr_kernel.profiling", mode, plan, done]
         try:
             run = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                                 env={**(env or os.environ), "PYTHONPATH": os.pathsep.join(sys.path)})
             failure = ""
         except subprocess.TimeoutExpired:
-            run, failure = None, f"ncu did not finish profiling {len(specs)} configs in {timeout_s:g} s"
+            run, failure = None, f"ncu did not finish profiling {len(names)} configs in {timeout_s:g} s"
         text = open(log).read() if os.path.exists(log) else ""
         outcomes = json.load(open(done)) if os.path.exists(done) else []
         if keep_report:
@@ -239,8 +280,11 @@ def profile_many(specs: Sequence[Mapping[str, Any]], *, ncu: str | None = None, 
         launches = parse_csv(text)
     except ProfileError:
         launches = []
+    if not failure and run is not None and not outcomes:
+        failure = f"the profiled program ended before its first config (exit code {run.returncode})"
     tail = (text + (run.stderr if run is not None else ""))[-1500:]
-    return match_launches(launches, names, outcomes, failure=failure, tail=tail)
+    return match_launches(launches, names, outcomes, failure=failure + (f":\n{tail}" if failure and tail else ""),
+                          tail=tail)
 
 
 def match_launches(launches: Sequence[Mapping[str, Any]], names: Sequence[str], outcomes: Sequence[str], *,
@@ -311,8 +355,48 @@ def _target_many(plan: str, done: str) -> None:
             json.dump(outcomes, f)
 
 
+def _target_job(plan: str, done: str) -> None:
+    """The program of profile_job(): the job set up once, then per config WARMUP launches and one
+    inside ncu's range (only on a GPU; on the CPU, in Triton's interpreter, the same launches run
+    without a range); `done` lists each config's outcome, rewritten after every config."""
+    import pickle
+
+    import torch
+
+    with open(plan, "rb") as f:
+        job, device, configs = pickle.load(f)
+    cuda = device.startswith("cuda")
+    state = job.setup(device)
+    outcomes: list[str] = []
+    for config in configs:
+        try:
+            for _ in range(WARMUP):
+                job.before_launch(state, config)
+                job.launch(state, config)
+                job.after_launch(state, config)
+            job.before_launch(state, config)  # Restores and hooks run outside the profiled range.
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+            try:
+                job.launch(state, config)
+                if cuda:
+                    torch.cuda.synchronize()
+            finally:
+                if cuda:
+                    torch.cuda.profiler.stop()
+            job.after_launch(state, config)
+            outcomes.append("ok")
+        except Exception as error:  # noqa: BLE001 - one config's failure is that config's outcome.
+            outcomes.append(f"{type(error).__name__}: {str(error)[:300]}")
+        with open(done, "w") as f:
+            json.dump(outcomes, f)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--many":
         _target_many(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "--job":
+        _target_job(sys.argv[2], sys.argv[3])
     else:
         _target(json.loads(sys.argv[1]))

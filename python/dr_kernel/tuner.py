@@ -445,7 +445,7 @@ class TunedKernel(TritonAutotuner):
                  settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
                  compile_timeout: float = 120.0, do_bench: Callable | None = None, widen: bool = False,
                  first_config_is_reference: bool = False, source: str = "optimize", stop: str = "auto",
-                 verbose: bool | None = None, tolerance: float | None = None):
+                 verbose: bool | None = None, tolerance: float | None = None, profile: bool = False):
         self.fn = fn
         self.base_fn = fn
         while not inspect.isfunction(self.base_fn):
@@ -487,6 +487,10 @@ class TunedKernel(TritonAutotuner):
         self._do_bench, self.widen = do_bench, widen
         self.first_config_is_reference, self.source = first_config_is_reference, source
         self.verbose = verbose  # A progress bar per tuning; None: as DR_KERNEL_VERBOSE says.
+        # profile=True: after each tuning, Nsight Compute's counters of the winner (profiling.py),
+        # kept here per key and stored with the winner's measurement.
+        self.profile = profile
+        self.counters: dict[tuple, dict] = {}
         self.cache: dict[tuple, Any] = {}
         # Key -> (store file, its winner's key there): where its launches are counted (hot.py).
         self._store_keys: dict[tuple, tuple[str, str]] = {}
@@ -1095,8 +1099,41 @@ class TunedKernel(TritonAutotuner):
         except OSError as error:  # The winner stands for this process; a later one tunes again.
             self._note(f"{self.__name__}: the winner for key {key} could not be stored ({error}); later processes "
                        "will tune this key again")
+        if self.profile:
+            phase = time.perf_counter()
+            self._profile_winner(job, session, store, problem, key, grid_of if isolate else None, devices[0])
+            self._phase("profile", phase)
         self.tuning_s += time.perf_counter() - started
         return session.best_config
+
+    def _profile_winner(self, job, session, store, problem: dict, key: tuple, grid_of, device: str) -> None:
+        """profile=True: the winner's counters, read by ncu in a process of its own that launches
+        the kernel as a measuring process does (profiling.profile_job), kept in `counters[key]`
+        and stored with the winner's measurement. Without them (no ncu, no GPU, a kernel whose
+        launch cannot leave this process) the tuning stands and a note says why."""
+        from .profiling import ProfileError, profile_job, stored_counters
+        from .session import _storable
+
+        winner = session.best_config
+        launch = {**winner, "__grid__": grid_of(winner)} if grid_of is not None else dict(winner)
+        try:
+            (read,) = profile_job(job, [launch], self.base_fn.__name__, device=device)
+        except (ProfileError, OSError) as error:
+            read = {"error": str(error)}
+        if "error" in read:
+            self._note(f"{self.__name__}: profile=True read no counters for key {key}: {read['error']}")
+            return
+        self.counters[key] = read
+        measured = next((m for c, m, _ in session.history
+                         if m.get("status") == "ok" and config_key(c) == config_key(winner)), None)
+        if measured is None:
+            return
+        row = _storable(measured)
+        row["counters"] = stored_counters(read)
+        try:
+            store.add(problem, winner, row, f"{self.source} profile")
+        except OSError as error:
+            self._note(f"{self.__name__}: the counters for key {key} could not be stored ({error})")
 
     def _elect(self, votes: dict, session, key: tuple) -> tuple[dict, set, set] | None:
         """With no reference, the configs' results put to a vote (issue 9): None when the first
