@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ncuprobes, ops, opsprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-tma, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
@@ -11,6 +11,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=python
 work=/tmp/dr_kernel_run
+# A machine lent again keeps /tmp: an earlier call's folders would travel back as this call's.
+rm -rf "$work"
 mkdir -p "$work/sweeps"
 pack() { tar czf "$OUT/results.tgz" --exclude='cache' --exclude='*triton*' -C "$work" . 2>/dev/null; }
 trap pack EXIT
@@ -80,6 +82,10 @@ for step in "$@"; do
     opsprofile)  # Where a dr_kernel.ops call's host time goes.
       timeout -k 10 200 python3 benchmarks/ops_dispatch_profile.py --out "$work/opsprofile" > "$work/opsprofile.log" 2>&1
       echo "opsprofile: rc $? after $(elapsed) s"; grep -v Warning "$work/opsprofile.log" | head -60
+      pack ;;
+    optprofile)  # Issue 12: @optimize(profile=True): a kernel of __main__ tuned, then its winner's counters.
+      timeout -k 10 240 python3 benchmarks/optimize_profile_gpu.py > "$work/optprofile.json" 2> "$work/optprofile.log"
+      echo "optprofile: rc $? after $(elapsed) s: $(tail -c 2500 "$work/optprofile.json")"; tail -5 "$work/optprofile.log"
       pack ;;
     shipped)  # Issue 12: a kernel of __main__ measured in a measuring process, sent as its source.
       timeout -k 10 240 python3 benchmarks/shipped_gpu.py > "$work/shipped.json" 2> "$work/shipped.log"
