@@ -248,17 +248,24 @@ def compile_any(request: CompileRequest) -> StaticReport:
     return report
 
 
+def matmul_guessing_stage(workers: int):
+    """A matmul problem on the H200, a space of its tiles, and a static stage whose every config
+    compiles at once: for tests of what a ppo session queues for compiling."""
+    problem = {"family": "matmul", "shape": {"M": 4096, "N": 4096, "K": 4096}, "device": "NVIDIA H200",
+               "dtype": "fp16"}
+    space = make_space({"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256],
+                        "BLOCK_K": [32, 64, 128], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4]})
+    stage = StaticStage(CompilePool(workers=workers, timeout_s=30, task=compile_any),
+                        lambda config: CompileRequest("matmul", dict(config)))
+    return problem, space, stage
+
+
 def test_the_agents_first_jumps_are_compiled_at_once_on_every_compile_worker():
     # ppo measures what its cost model ranks best first: the session queues the top-ranked configs
     # (one per compile worker) before the first measurement, not only the neighbours after it.
     from dr_kernel import _core
 
-    problem = {"family": "matmul", "shape": {"M": 4096, "N": 4096, "K": 4096}, "device": "NVIDIA H200",
-               "dtype": "fp16"}
-    space = make_space({"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256],
-                        "BLOCK_K": [32, 64, 128], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4]})
-    stage = StaticStage(CompilePool(workers=4, timeout_s=30, task=compile_any),
-                        lambda config: CompileRequest("matmul", dict(config)))
+    problem, space, stage = matmul_guessing_stage(workers=4)
     seen = []
 
     def measure(configs, best_ms):
@@ -285,12 +292,7 @@ def test_the_best_configs_neighbours_then_a_steps_are_guessed_in_the_predicted_o
     # each in the cost model's predicted order.
     from dr_kernel import _core
 
-    problem = {"family": "matmul", "shape": {"M": 4096, "N": 4096, "K": 4096}, "device": "NVIDIA H200",
-               "dtype": "fp16"}
-    space = make_space({"BLOCK_M": [16, 32, 64, 128, 256], "BLOCK_N": [16, 32, 64, 128, 256],
-                        "BLOCK_K": [32, 64, 128], "num_warps": [2, 4, 8], "num_stages": [2, 3, 4]})
-    stage = StaticStage(CompilePool(workers=2, timeout_s=30, task=compile_any),
-                        lambda config: CompileRequest("matmul", dict(config)))
+    problem, space, stage = matmul_guessing_stage(workers=2)
     guessed: list[list[dict]] = []
     guess = stage.guess
     stage.guess = lambda configs: (guessed.append(list(configs)), guess(configs))[1]
