@@ -222,7 +222,8 @@ def test_tune_profile_in_the_interpreter_says_what_it_needs_in_one_line():
 
 PROFILED_SCRIPT = """
 import json, sys, torch, triton
-from optimize_kernels import profiled_kernel
+import optimize_kernels
+profiled_kernel = getattr(optimize_kernels, sys.argv[2])
 from dr_kernel.store import open_store
 n = 1000
 x = torch.randn(n)
@@ -236,11 +237,13 @@ print(json.dumps({"correct": bool((y == 2 * x).all()), "best": profiled_kernel.b
 """
 
 
-def test_optimize_profile_reads_the_winners_counters_in_a_process_that_launches_it(tmp_path):
-    """@optimize(profile=True): after the tuning, ncu runs the profiled program (here a stand-in
-    ncu runs the real program in the interpreter, then writes the H200 report renamed to this
-    kernel): the program sets up the tuning's measuring job and launches the winner; its counters
-    are kept per key and stored with the winner's measurement."""
+@pytest.mark.parametrize("name, switch", [("profiled_kernel", None), ("profiled_here_kernel", "1")])
+def test_optimize_profile_reads_the_winners_counters_in_a_process_that_launches_it(tmp_path, name, switch):
+    """@optimize(profile=True), or DR_KERNEL_PROFILE=1: after the tuning, ncu runs the profiled
+    program (here a stand-in ncu runs the real program in the interpreter, then writes the H200
+    report renamed to this kernel): the program sets up the tuning's measuring job (for a kernel
+    measured in the tuning process, the one a measuring process would get) and launches the
+    winner; its counters are kept per key and stored with the winner's measurement."""
     record = tmp_path / "ncu.json"
     ncu = tmp_path / "ncu"
     ncu.write_text(f"#!{sys.executable}\n" + f"""
@@ -251,14 +254,17 @@ run = subprocess.run(args[args.index("--log-file") + 2:], capture_output=True, t
 done = json.load(open(args[-1])) if run.returncode == 0 else None
 ran = {{"args": args, "rc": run.returncode, "stderr": run.stderr[-3000:], "done": done}}
 json.dump(ran, open({str(record)!r}, "w"))
-open(log, "w").write({REPORT.read_text().replace("matmul_kernel", "profiled_kernel")!r})
+open(log, "w").write({REPORT.read_text().replace("matmul_kernel", name)!r})
 """)
     ncu.chmod(ncu.stat().st_mode | stat.S_IXUSR)
     db = tmp_path / "results.db"
     env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(db), DR_KERNEL_NCU=str(ncu),
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
-    out = subprocess.run([sys.executable, "-c", PROFILED_SCRIPT, str(db)], capture_output=True, text=True, env=env,
-                         timeout=600)
+    env.pop("DR_KERNEL_PROFILE", None)
+    if switch:
+        env["DR_KERNEL_PROFILE"] = switch
+    out = subprocess.run([sys.executable, "-c", PROFILED_SCRIPT, str(db), name], capture_output=True, text=True,
+                         env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     ran = json.loads(record.read_text())
@@ -267,7 +273,7 @@ open(log, "w").write({REPORT.read_text().replace("matmul_kernel", "profiled_kern
     assert result["correct"] and not result["notes"], result["notes"]
     (counters_read,) = result["counters"].values()
     (launch,) = parse_csv(REPORT.read_text())
-    assert counters_read["kernel"] == "profiled_kernel"
+    assert counters_read["kernel"] == name
     assert counters_read["duration_ns"] == counters(launch)["duration_ns"]
     stored = [(c, m) for c, m in result["rows"] if m is not None]
     assert len(stored) == 1 and stored[0][0]["BLOCK"] == result["best"]["BLOCK"]
@@ -278,8 +284,8 @@ def test_optimize_profile_without_ncu_keeps_the_tuning_and_says_why(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
                DR_KERNEL_NCU=str(tmp_path / "no-ncu-here"), PATH="/usr/bin:/bin",
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
-    out = subprocess.run([sys.executable, "-c", PROFILED_SCRIPT, str(tmp_path / "results.db")], capture_output=True,
-                         text=True, env=env, timeout=600)
+    out = subprocess.run([sys.executable, "-c", PROFILED_SCRIPT, str(tmp_path / "results.db"), "profiled_kernel"],
+                         capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["correct"] and result["counters"] == {}

@@ -35,7 +35,7 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
              settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
              compile_timeout: float = 120.0, pre_hook: Callable | None = None, post_hook: Callable | None = None,
              prune_configs_by: Mapping | None = None, stop: str = "auto", verbose: bool | None = None,
-             tolerance: float | None = None, profile: bool = False):
+             tolerance: float | None = None, profile: bool | None = None):
     """Decorates a @triton.jit kernel so that its first call per key tunes it.
 
     ``space`` (a dict of value lists) or ``configs`` (a list of triton.Config) is the search space;
@@ -82,8 +82,10 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
     L2 hit rate, DRAM and SM throughput, stall reasons; ``ncu`` must be installed and allowed to
     read the GPU's counters): ncu runs a process of its own that launches the winner as a
     measuring process does, a few seconds per key. They are kept in ``kernel.counters[key]`` and
-    stored with the winner's measurement; without them the tuning stands and a warning says why.
-    Kernels measured in this process (hooks, ``isolate=False``) cannot be profiled this way.
+    stored with the winner's measurement; without them the tuning stands and a warning says why
+    (a kernel defined where no other process can load it, hooks that cannot travel). ``None``
+    (the default) profiles when the environment variable DR_KERNEL_PROFILE is set to 1, which
+    also reaches the kernels of libraries switched over from triton.autotune.
     """
 
     def decorator(fn):

@@ -241,8 +241,8 @@ def profile_job(job, configs: Sequence[Mapping[str, Any]], kernel_name: str, *, 
     try:
         payload = pickle.dumps((job, target, [dict(c) for c in configs]))
     except (pickle.PicklingError, TypeError, AttributeError) as error:
-        raise ProfileError(f"the kernel's launch cannot be sent to ncu's process ({error}); a kernel measured in "
-                           "this process (hooks, isolate=False) cannot be profiled") from None
+        raise ProfileError(f"the kernel's launch cannot be sent to ncu's process ({error}): its arguments or "
+                           "hooks exist only in this process") from None
 
     def write_plan(plan: str) -> None:
         with open(plan, "wb") as f:

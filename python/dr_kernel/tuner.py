@@ -445,7 +445,7 @@ class TunedKernel(TritonAutotuner):
                  settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
                  compile_timeout: float = 120.0, do_bench: Callable | None = None, widen: bool = False,
                  first_config_is_reference: bool = False, source: str = "optimize", stop: str = "auto",
-                 verbose: bool | None = None, tolerance: float | None = None, profile: bool = False):
+                 verbose: bool | None = None, tolerance: float | None = None, profile: bool | None = None):
         self.fn = fn
         self.base_fn = fn
         while not inspect.isfunction(self.base_fn):
@@ -487,9 +487,9 @@ class TunedKernel(TritonAutotuner):
         self._do_bench, self.widen = do_bench, widen
         self.first_config_is_reference, self.source = first_config_is_reference, source
         self.verbose = verbose  # A progress bar per tuning; None: as DR_KERNEL_VERBOSE says.
-        # profile=True: after each tuning, Nsight Compute's counters of the winner (profiling.py),
-        # kept here per key and stored with the winner's measurement.
-        self.profile = profile
+        # profile=True (None: as DR_KERNEL_PROFILE=1 says): after each tuning, Nsight Compute's
+        # counters of the winner (profiling.py), kept here per key and stored with its measurement.
+        self.profile = profile if profile is not None else os.environ.get("DR_KERNEL_PROFILE") == "1"
         self.counters: dict[tuple, dict] = {}
         self.cache: dict[tuple, Any] = {}
         # Key -> (store file, its winner's key there): where its launches are counted (hot.py).
@@ -1101,22 +1101,31 @@ class TunedKernel(TritonAutotuner):
                        "will tune this key again")
         if self.profile:
             phase = time.perf_counter()
-            self._profile_winner(job, session, store, problem, key, grid_of if isolate else None, devices[0])
+            self._profile_winner(job if isolate else None, nargs, kwargs, session, store, problem, key, grid_of,
+                                 devices[0])
             self._phase("profile", phase)
         self.tuning_s += time.perf_counter() - started
         return session.best_config
 
-    def _profile_winner(self, job, session, store, problem: dict, key: tuple, grid_of, device: str) -> None:
+    def _profile_winner(self, job, nargs: dict, kwargs: dict, session, store, problem: dict, key: tuple, grid_of,
+                        device: str) -> None:
         """profile=True: the winner's counters, read by ncu in a process of its own that launches
         the kernel as a measuring process does (profiling.profile_job), kept in `counters[key]`
-        and stored with the winner's measurement. Without them (no ncu, no GPU, a kernel whose
-        launch cannot leave this process) the tuning stands and a note says why."""
+        and stored with the winner's measurement. `job` is the tuning's measuring job, or None
+        when it measured in this process: then the job a measuring process would get is made
+        for ncu's. Without counters (no ncu, no GPU, a kernel or hook that cannot leave this
+        process) the tuning stands and a note says why."""
         from .profiling import ProfileError, profile_job, stored_counters
         from .session import _storable
 
         winner = session.best_config
-        launch = {**winner, "__grid__": grid_of(winner)} if grid_of is not None else dict(winner)
         try:
+            if job is None:
+                unshippable = None if self._importable() else self._unshippable()
+                if unshippable:
+                    raise ProfileError(f"its launch cannot be sent to ncu's process: {unshippable}")
+                job = self._job(nargs, kwargs, True, [])
+            launch = {**winner, "__grid__": grid_of(winner)}
             (read,) = profile_job(job, [launch], self.base_fn.__name__, device=device)
         except (ProfileError, OSError) as error:
             read = {"error": str(error)}
