@@ -1127,8 +1127,10 @@ class TunedKernel(TritonAutotuner):
                 job = self._job(nargs, kwargs, True, [])
             launch = {**winner, "__grid__": grid_of(winner)}
             (read,) = profile_job(job, [launch], self.base_fn.__name__, device=device)
-        except (ProfileError, OSError) as error:
+        except ProfileError as error:
             read = {"error": str(error)}
+        except Exception as error:  # noqa: BLE001 -- counters are a report: they never fail a tuning that worked.
+            read = {"error": f"{type(error).__name__}: {error}"}
         if "error" in read:
             self._note(f"{self.__name__}: profile=True read no counters for key {key}: {read['error']}")
             return
@@ -1141,7 +1143,7 @@ class TunedKernel(TritonAutotuner):
         row["counters"] = stored_counters(read)
         try:
             store.add(problem, winner, row, f"{self.source} profile")
-        except OSError as error:
+        except (OSError, RuntimeError) as error:
             self._note(f"{self.__name__}: the counters for key {key} could not be stored ({error})")
 
     def _elect(self, votes: dict, session, key: tuple) -> tuple[dict, set, set] | None:
