@@ -56,6 +56,11 @@ def test_the_report_of_a_store_renders_its_problems_curves_winners_and_strategie
 
     dom, shot = render(page, tmp_path)
     assert "<table id=\"problems\">" in dom and "rows=4096 cols=4096" in dom and "170 ok" in dom
+    # The recorded table's three probe configs carry the counters ncu read on the H200.
+    counters = dom[dom.index("<table id=\"counters\">"):]
+    counters = counters[:counters.index("</table>")]
+    assert counters.count("<tr>") == 4 and "(probe 0.25)" in counters and "(probe 0.75)" in counters
+    assert ">45<" in counters and "not selected 2.84" in counters  # 44.65 % achieved occupancy, its top stall.
     assert dom.count("<svg") == 2  # The tuning curve and the strategies' comparison.
     assert "scale (4096,)" in dom and ">12<" in dom  # The hotter winner, with its launches.
     assert "random" in dom and "anneal" in dom and "ppo is left out on 1 of 1 problems" in dom

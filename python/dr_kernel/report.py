@@ -107,11 +107,39 @@ def _tuning_curve_svg(rows: list[tuple[dict, dict]], label: str) -> str:
     return _svg(fig)
 
 
+def _counters_table(profiled: list[tuple[dict, dict, dict]], esc) -> str:
+    """The measurements stored with Nsight Compute's counters (evaluate/tune --profile,
+    @optimize(profile=True), the recorded tables' probes): the rates and the top stall reasons."""
+    import json
+
+    from .profiling import read_stored_counters
+
+    rates = (("achieved_occupancy_pct", "achieved occupancy %"), ("l2_hit_rate_pct", "L2 hit %"),
+             ("dram_throughput_pct", "DRAM throughput %"), ("sm_throughput_pct", "SM throughput %"))
+    out = ["<h2>Hardware counters</h2><table id='counters'><tr><th>kernel family</th><th>shape</th><th>config</th>"
+           "<th class='num'>ms</th>" + "".join(f"<th class='num'>{label}</th>" for _, label in rates)
+           + "<th>warps stalled per issue (top 3)</th></tr>"]
+    for p, config, m in profiled:
+        c = read_stored_counters(m["counters"])
+        shape = " ".join(f"{k}={v}" for k, v in p["shape"].items())
+        role = f" (probe {c['probe']:g})" if "probe" in c else ""
+        ms = f"{m['ms']:.4f}" if m.get("ms") is not None and math.isfinite(m["ms"]) else "-"
+        stalls = ", ".join(f"{r.replace('_', ' ')} {v:.2f}" for r, v in list(c.get("stalls", {}).items())[:3])
+        out.append(f"<tr><td>{esc(p['family'])}</td><td>{esc(shape)}</td><td><code>{esc(json.dumps(config))}</code>"
+                   f"{esc(role)}</td><td class='num'>{ms}</td>"
+                   + "".join(f"<td class='num'>{c[name]:.0f}</td>" if name in c else "<td class='num'>-</td>"
+                             for name, _ in rates)
+                   + f"<td>{esc(stalls)}</td></tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
 def html_report(store, title: str | None = None, *, replay_budget: int = 50, replay_repeats: int = 5) -> str:
     """A self-contained HTML page of a results store: its problems with their best configs and
-    measurements, each problem's tuning curve, the stored winners of @optimize and the drop-in
-    (with launch counts), and a comparison of search strategies replayed over the problems with at
-    least MIN_REPLAY_ROWS measured configs (the agent only where it was not trained on them)."""
+    measurements, the hardware counters stored with some of them, each problem's tuning curve, the
+    stored winners of @optimize and the drop-in (with launch counts), and a comparison of search
+    strategies replayed over the problems with at least MIN_REPLAY_ROWS measured configs (the agent
+    only where it was not trained on them)."""
     import collections
     import datetime
     import html
@@ -151,6 +179,10 @@ def html_report(store, title: str | None = None, *, replay_budget: int = 50, rep
                      f"<td class='num'>{f'{best_ms:.4f}' if best_ms is not None else '-'}</td>"
                      f"<td><code>{esc(json.dumps(best)) if best else 'nothing ran'}</code></td></tr>")
     parts.append("</table>")
+
+    profiled = [(p, c, m) for p in problems for c, m in rows_of[problem_key(p)] if m.get("counters")]
+    if profiled:
+        parts.append(_counters_table(profiled, esc))
 
     if problems:
         parts.append("<h2>Tuning curves</h2><div id='curves'>")
