@@ -42,6 +42,9 @@ METRICS = {
     "sm_throughput_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
     "registers_per_thread": "launch__registers_per_thread",
 }
+# The rates shown to people (format_counters, the HTML report), in %.
+RATES = (("achieved_occupancy_pct", "achieved occupancy"), ("l2_hit_rate_pct", "L2 hit rate"),
+         ("dram_throughput_pct", "DRAM throughput"), ("sm_throughput_pct", "SM throughput"))
 # ("selected", a warp issuing, is not a stall: ncu reports it as 1 per issue.)
 STALLS = ("long_scoreboard", "short_scoreboard", "barrier", "membar", "mio_throttle", "lg_throttle",
           "math_pipe_throttle", "tex_throttle", "wait", "not_selected", "no_instruction",
@@ -133,9 +136,7 @@ def format_counters(c: Mapping[str, Any]) -> str:
     """One line for people: the four rates and the top three stall reasons."""
     if "error" in c:
         return f"counters: not read: {c['error']}"
-    parts = [f"{label} {c[name]:.0f} %" for name, label in (
-        ("achieved_occupancy_pct", "achieved occupancy"), ("l2_hit_rate_pct", "L2 hit rate"),
-        ("dram_throughput_pct", "DRAM throughput"), ("sm_throughput_pct", "SM throughput")) if name in c]
+    parts = [f"{label} {c[name]:.0f} %" for name, label in RATES if name in c]
     stalls = list(c.get("stalls", {}).items())[:3]
     text = "counters (ncu): " + ", ".join(parts)
     if stalls:

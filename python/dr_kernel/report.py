@@ -112,12 +112,10 @@ def _counters_table(profiled: list[tuple[dict, dict, dict]], esc) -> str:
     @optimize(profile=True), the recorded tables' probes): the rates and the top stall reasons."""
     import json
 
-    from .profiling import read_stored_counters
+    from .profiling import RATES, read_stored_counters
 
-    rates = (("achieved_occupancy_pct", "achieved occupancy %"), ("l2_hit_rate_pct", "L2 hit %"),
-             ("dram_throughput_pct", "DRAM throughput %"), ("sm_throughput_pct", "SM throughput %"))
     out = ["<h2>Hardware counters</h2><table id='counters'><tr><th>kernel family</th><th>shape</th><th>config</th>"
-           "<th class='num'>ms</th>" + "".join(f"<th class='num'>{label}</th>" for _, label in rates)
+           "<th class='num'>ms</th>" + "".join(f"<th class='num'>{label} %</th>" for _, label in RATES)
            + "<th>warps stalled per issue (top 3)</th></tr>"]
     for p, config, m in profiled:
         c = read_stored_counters(m["counters"])
@@ -128,7 +126,7 @@ def _counters_table(profiled: list[tuple[dict, dict, dict]], esc) -> str:
         out.append(f"<tr><td>{esc(p['family'])}</td><td>{esc(shape)}</td><td><code>{esc(json.dumps(config))}</code>"
                    f"{esc(role)}</td><td class='num'>{ms}</td>"
                    + "".join(f"<td class='num'>{c[name]:.0f}</td>" if name in c else "<td class='num'>-</td>"
-                             for name, _ in rates)
+                             for name, _ in RATES)
                    + f"<td>{esc(stalls)}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
