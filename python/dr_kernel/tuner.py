@@ -323,7 +323,8 @@ WHOLE_LIST = 32
 # neighbours of a config within 1 % of it (stop_near: on the H200 an attention session stopped
 # 11 % short beside a 0.02 % tie whose neighbour was the best; in replay on unseen shapes the worst
 # session went from 1.053x to 1.039x the best for 14 % more evaluations, "Ties before stopping").
-# It also ends once the best has gained less than 2 % over the last 24 measurements (stop_patience:
+# It also ends once the best has gained less than 2 % over the last 24 measurements, the checks
+# before stopping included (stop_patience:
 # in replay on unseen families 41 % fewer evaluations, worst session 1.001x -> 1.020x the best over
 # three training seeds; with a GPU session's refits 7 % fewer, the longest sessions 35-46 % fewer,
 # worst unchanged; "Patience").
