@@ -235,6 +235,32 @@ def test_sweep_appends_rows_the_table_reader_reads_and_resumes(capsys, tmp_path)
     assert code == 0 and "0 new rows" in out and len(_core.read_tables([str(out_file)])[0]) == 8
 
 
+def test_a_sweep_records_its_spaces_constraints_and_replay_keeps_to_them(capsys, tmp_path):
+    # layernorm's space forbids most (BLOCK_SIZE, num_warps) pairs: the table says so in a space
+    # row, so that a replay leaves them out as a tuning session of the kernel does, instead of
+    # charging an evaluation for each as a row the recording lacks.
+    out_file = tmp_path / "layernorm.jsonl"
+    space = json.dumps({"BLOCK_SIZE": [512, 1024], "num_warps": [1, 4, 8]})
+    code, out, _ = run(capsys, "sweep", "--kernel", "layernorm", "--shape", "rows=3,cols=700", "--precision", "fp32",
+                       "--interpret", "--workers", "1", "--reps", "2", "--space", space, "--out", str(out_file),
+                       "--db", str(tmp_path / "r.db"))
+    assert code == 0 and "5 new rows" in out  # Not 512 with 8 warps: 2 elements a thread.
+    rows = [json.loads(line) for line in out_file.read_text().splitlines()]
+    assert [r["type"] for r in rows[:2]] == ["reference", "space"]
+    assert rows[1]["constraints"] == ["BLOCK_SIZE >= 4 * 32 * num_warps", "BLOCK_SIZE <= 64 * 32 * num_warps"]
+    [table] = _core.read_tables([str(out_file)])
+    assert table.constraints == rows[1]["constraints"] and len(table) == 5
+    # Measuring the whole space in replay takes its five configs, not the product's six: 512 with
+    # 8 warps is no config of the problem, not a row the recording lacks.
+    report = json.loads(_core.replay([table], "exhaustive", 100, 1, 1.0, 0, {}).to_json())["problems"][0]
+    assert report["evaluations_used"]["median"] == 5 and report["final_over_oracle"] == 1.0
+    # Resumed, the sweep writes no second space row.
+    code, out, _ = run(capsys, "sweep", "--kernel", "layernorm", "--shape", "rows=3,cols=700", "--precision", "fp32",
+                       "--interpret", "--workers", "1", "--reps", "2", "--space", space, "--out", str(out_file),
+                       "--db", str(tmp_path / "r.db"))
+    assert code == 0 and [json.loads(line)["type"] for line in out_file.read_text().splitlines()].count("space") == 1
+
+
 def test_evaluate_in_the_interpreter_checks_and_times_the_config_against_torch(capsys, tmp_path):
     config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
     db = tmp_path / "r.db"

@@ -234,6 +234,9 @@ NB_MODULE(_core, m) {
       .def_prop_ro("problem", [](const ProblemTable& t) { return FromProblem(t.problem); })
       .def_prop_ro("source", [](const ProblemTable& t) { return t.source; })
       .def_prop_ro("oracle_ms", &ProblemTable::oracle_ms)
+      .def_ro("constraints", &ProblemTable::constraints,
+              "The constraints of the space the table was recorded from (its 'space' row): configs that "
+              "break one are outside the problem in replay and training, as in a tuning session.")
       .def("__len__", [](const ProblemTable& t) { return t.rows.size(); })
       .def("rows", [](const ProblemTable& t) {
         nb::list out;

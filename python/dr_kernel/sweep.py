@@ -73,12 +73,23 @@ def reference_row(kernel, shape: Mapping[str, Any], dtype: str, ms: float, devic
     return row
 
 
+def space_row(kernel, shape: Mapping[str, Any], dtype: str) -> dict[str, Any] | None:
+    """Returns the space row of a problem: the constraints of the space the sweep enumerates, so
+    that a replay of the table leaves the configs that break one out of the problem, as a tuning
+    session of the kernel does, instead of counting them as rows the recording lacks. None when
+    the space has no constraints."""
+    if not kernel.constraints:
+        return None
+    return {**_head("space", kernel.family, shape, dtype), "constraints": list(kernel.constraints)}
+
+
 @dataclass
 class Recorded:
     """What a recording file already holds for one problem."""
 
     configs: set[str] = field(default_factory=set)
     reference: bool = False
+    space: bool = False
     last_t: float = 0.0
 
 
@@ -113,6 +124,8 @@ def read_recorded(path: Path, family: str, shape: Mapping[str, Any], dtype: str)
             continue
         if row.get("type") == "reference":
             found.reference = True
+        elif row.get("type") == "space":
+            found.space = True
         elif row.get("type") == "measure":
             found.configs.add(_key(row["config"]))
             if isinstance(row.get("t"), (int, float)):
@@ -210,6 +223,8 @@ def run_sweep(kernel, shape: Mapping[str, Any], dtype: str, out: Path, *, config
             result.reference_ms = time_framework(kernel, shape, dtype, "cpu" if interpret else "cuda:0",
                                                  reps=settings.reps, flush_bytes=settings.flush_bytes)
             appender.write(reference_row(kernel, shape, dtype, result.reference_ms, device))
+        if reference and not recorded.space and (row := space_row(kernel, shape, dtype)) is not None:
+            appender.write(row)
         if todo:
             _record_all(kernel, shape, dtype, todo, record, limits, devices, settings, compile_timeout_s, workers)
     finally:

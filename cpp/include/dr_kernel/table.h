@@ -33,6 +33,10 @@ struct ProblemTable {
   std::optional<Reference> reference;
   std::vector<TableRow> rows;  // In file order.
   std::string source;          // The file the problem came from.
+  // The constraints of the space the table was recorded from (its "space" row), when known: a
+  // config that breaks one is not a config of the problem, as in a tuning session of that space,
+  // where a config the table merely lacks is one the recording did not measure.
+  std::vector<std::string> constraints;
 
   // The fastest ok time (the oracle); +inf when no row is ok.
   double oracle_ms() const;
@@ -42,13 +46,14 @@ struct ProblemTable {
 // shape, dtype and device (a row that names no device belongs with one that does), in order of
 // first appearance, with one row per config: a config recorded more than once is one measurement
 // repeated (the median of the repeats that ran; the first failure if none ran). Blank lines are
-// skipped; anything else that is not a well-formed reference or measure row throws TableError.
+// skipped; anything else that is not a well-formed reference, space or measure row throws TableError.
 std::vector<ProblemTable> ParseTables(std::istream& in, const std::string& name);
 // Reads the files in order; one problem recorded in several files is one table, as above.
 std::vector<ProblemTable> ReadTables(const std::vector<std::string>& paths);
 
-// The JSON-lines rows of one problem (its reference first, when known).
+// The JSON-lines rows of one problem (its reference first, then its space's constraints, when known).
 std::string ReferenceRowJson(const Problem& problem, const Reference& reference);
+std::string SpaceRowJson(const Problem& problem, const std::vector<std::string>& constraints);
 std::string MeasureRowJson(const Problem& problem, const TableRow& row);
 void WriteTable(std::ostream& out, const ProblemTable& table);
 

@@ -94,5 +94,42 @@ TEST(EvaluatorTest, AbsentConfigsAreInvalidEvaluations) {
   EXPECT_DOUBLE_EQ(evaluator.seconds(), 0.0);
 }
 
+TEST(EvaluatorTest, ConfigsOutsideTheTablesSpaceCostNoEvaluation) {
+  // The same table with the constraint of the space it was recorded from (its "space" row): the
+  // configs that break it are not configs of the problem, as in a session of that space, so the
+  // walk never spends an evaluation on them; a config the table lacks within the space still costs one.
+  ProblemTable two;
+  two.problem.family = "toy";
+  TableRow a, b;
+  a.config = {{"x", int64_t{1}}, {"y", int64_t{1}}};
+  a.measurement.status = Status::kOk;
+  a.measurement.ms = 1;
+  b.config = {{"x", int64_t{2}}, {"y", int64_t{2}}};
+  b.measurement = a.measurement;
+  two.rows = {a, b};
+  two.constraints = {"x <= y"};
+  ReplayEnv env(two);
+  EXPECT_EQ(env.space().CountValid(), 3u);
+  Evaluator evaluator(env, Budget{10});
+  const auto outside = evaluator.Evaluate(*env.space().Find({{"x", int64_t{2}}, {"y", int64_t{1}}}));
+  EXPECT_EQ(outside.status, Status::kInvalid);
+  EXPECT_EQ(evaluator.evals(), 0);
+  const auto lacking = evaluator.Evaluate(*env.space().Find({{"x", int64_t{1}}, {"y", int64_t{2}}}));
+  EXPECT_EQ(lacking.status, Status::kInvalid);
+  EXPECT_EQ(evaluator.evals(), 1);
+
+  // A recorded row that breaks its space's constraint is a contradiction in the file: one error
+  // naming the problem, the row and the fix.
+  two.constraints = {"x < y"};
+  try {
+    ReplayEnv bad(two);
+    FAIL() << "accepted a row outside its space";
+  } catch (const TableError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(R"({"x":1,"y":1})"), std::string::npos) << what;
+    EXPECT_NE(what.find("fix or delete its 'space' row"), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace dr_kernel

@@ -33,7 +33,23 @@ Space SpaceOfTable(const ProblemTable& table) {
     }
   }
   for (auto& p : params) std::stable_sort(p.values.begin(), p.values.end(), ValueLess);
-  return Space(std::move(params));
+  const auto fail = [&](const std::string& what) {
+    throw TableError(table.source + ": problem '" + table.problem.Label() + "': " + what +
+                     "; fix or delete its 'space' row");
+  };
+  Space space;
+  try {
+    space = Space(std::move(params), table.constraints);
+  } catch (const SpaceError& e) {
+    fail(std::string("its space's constraints do not fit its configs (") + e.what() + ")");
+  }
+  for (const auto& row : table.rows) {
+    const auto config = space.Find(row.config);
+    if (config && !space.IsValid(*config))
+      fail("its row with config " + ToJson(row.config) + " breaks a constraint of its space (" +
+           space.WhyInvalid(*config) + ")");
+  }
+  return space;
 }
 
 }  // namespace

@@ -221,8 +221,17 @@ std::vector<ProblemTable> ParseTables(std::istream& in, const std::string& name)
       if (m.ok() && !(m.ms > 0)) r.Fail("an 'ok' row needs a positive 'ms'");
       out.t = r.Number(row, "t");
       table.rows.push_back(std::move(out));
+    } else if (type == "space") {
+      const json& list = r.Field(row, "constraints");
+      if (!list.is_array()) r.Fail("'constraints' should be a list of strings, not " + list.dump());
+      std::vector<std::string> constraints;
+      for (const auto& c : list) {
+        if (!c.is_string()) r.Fail("'constraints' should be a list of strings; " + c.dump() + " is not one");
+        constraints.push_back(c.get<std::string>());
+      }
+      table.constraints = std::move(constraints);
     } else {
-      r.Fail("unknown row type '" + type + "' (expected 'reference' or 'measure')");
+      r.Fail("unknown row type '" + type + "' (expected 'reference', 'space' or 'measure')");
     }
   }
   for (auto& t : tables) CombineRepeats(t);
@@ -241,6 +250,7 @@ std::vector<ProblemTable> ReadTables(const std::vector<std::string>& paths) {
         continue;
       }
       if (!into.reference) into.reference = t.reference;
+      if (into.constraints.empty()) into.constraints = std::move(t.constraints);
       for (auto& row : t.rows) into.rows.push_back(std::move(row));
     }
   }
@@ -285,6 +295,12 @@ std::string ReferenceRowJson(const Problem& problem, const Reference& reference)
   return out + "}";
 }
 
+std::string SpaceRowJson(const Problem& problem, const std::vector<std::string>& constraints) {
+  std::string out = Head("space", problem) + ",\"constraints\":[";
+  for (size_t i = 0; i < constraints.size(); ++i) out += (i ? "," : "") + ToJson(Value(constraints[i]));
+  return out + "]}";
+}
+
 std::string MeasureRowJson(const Problem& problem, const TableRow& row) {
   const Measurement& m = row.measurement;
   std::string out = Head("measure", problem);
@@ -308,6 +324,7 @@ std::string MeasureRowJson(const Problem& problem, const TableRow& row) {
 
 void WriteTable(std::ostream& out, const ProblemTable& table) {
   if (table.reference) out << ReferenceRowJson(table.problem, *table.reference) << "\n";
+  if (!table.constraints.empty()) out << SpaceRowJson(table.problem, table.constraints) << "\n";
   for (const auto& row : table.rows) out << MeasureRowJson(table.problem, row) << "\n";
 }
 

@@ -113,6 +113,32 @@ TEST(TableTest, OneProblemIsOneTableWithOneRowPerConfig) {
   EXPECT_EQ(tables[1].rows.size(), 1u);
 }
 
+TEST(TableTest, ASpaceRowGivesItsProblemTheConstraintsItWasRecordedUnder) {
+  const std::string text =
+      R"({"type":"space","family":"f","shape":{"n":1},"constraints":["B * W <= 64","W >= 1"]})"
+      "\n"
+      R"({"type":"measure","family":"f","shape":{"n":1},"config":{"B":2,"W":4},"status":"ok","ms":1.5})"
+      "\n"
+      R"({"type":"measure","family":"f","shape":{"n":2},"config":{"B":2,"W":4},"status":"ok","ms":2.5})"
+      "\n";
+  std::istringstream in(text);
+  const auto tables = ParseTables(in, "space.jsonl");
+  ASSERT_EQ(tables.size(), 2u);
+  EXPECT_EQ(tables[0].constraints, (std::vector<std::string>{"B * W <= 64", "W >= 1"}));
+  EXPECT_TRUE(tables[1].constraints.empty());  // Another problem: its space is not known.
+  std::stringstream written;
+  WriteTable(written, tables[0]);
+  EXPECT_NE(written.str().find(R"("type":"space")"), std::string::npos) << written.str();
+  const auto again = ParseTables(written, "written");
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].constraints, tables[0].constraints);
+
+  ExpectError(R"({"type":"space","family":"f","shape":{"n":1},"constraints":"B <= 4"})",
+              "bad.jsonl:1: 'constraints' should be a list of strings");
+  ExpectError(R"({"type":"space","family":"f","shape":{"n":1},"constraints":[4]})",
+              "bad.jsonl:1: 'constraints' should be a list of strings; 4 is not one");
+}
+
 TEST(TableTest, MissingFileSaysSo) {
   EXPECT_THROW(ReadTables({"/nonexistent/table.jsonl"}), TableError);
 }
