@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 WARMUP = 2
@@ -164,7 +165,7 @@ def profile(kernel: str, shape: Mapping[str, int], dtype: str, config: Mapping[s
                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
         except subprocess.TimeoutExpired:
             raise ProfileError(f"ncu did not finish profiling {kernel} {dict(config)} in {timeout_s:g} s") from None
-        text = open(log).read() if os.path.exists(log) else ""
+        text = Path(log).read_text() if os.path.exists(log) else ""
         if keep_report:
             with open(keep_report, "w") as f:
                 f.write(text)
@@ -269,8 +270,8 @@ def _profile_batch(mode: str, write_plan, names: Sequence[str], *, ncu: str | No
             failure = ""
         except subprocess.TimeoutExpired:
             run, failure = None, f"ncu did not finish profiling {len(names)} configs in {timeout_s:g} s"
-        text = open(log).read() if os.path.exists(log) else ""
-        outcomes = json.load(open(done)) if os.path.exists(done) else []
+        text = Path(log).read_text() if os.path.exists(log) else ""
+        outcomes = json.loads(Path(done).read_text()) if os.path.exists(done) else []
         if keep_report:
             with open(keep_report, "w") as f:
                 f.write(text)
@@ -333,7 +334,7 @@ def _target_many(plan: str, done: str) -> None:
 
     from .kernels import get
 
-    specs = json.load(open(plan))
+    specs = json.loads(Path(plan).read_text())
     outcomes: list[str] = []
     for spec in specs:
         try:

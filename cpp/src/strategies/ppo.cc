@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <unordered_set>
@@ -155,13 +156,29 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   std::vector<double> best_by_eval;  // The best log ms after each measurement.
   // True once the best has gained less than stop_patience_gain over the last stop_patience
   // measurements (records the best of every measurement since the last call first).
-  auto out_of_patience = [&] {
+  auto record_best = [&] {
     while (static_cast<int64_t>(best_by_eval.size()) < evaluator.evals())
       best_by_eval.push_back(walks[0].best_log_ms());
+  };
+  auto out_of_patience = [&] {
+    record_best();
     if (stop_patience <= 0 || evaluator.exhausted() || evaluator.evals() < std::max(stop_after, stop_patience + 1))
       return false;
     const double then = best_by_eval[static_cast<size_t>(evaluator.evals() - 1 - stop_patience)];
     return std::isfinite(then) && then - walks[0].best_log_ms() < stop_patience_gain;
+  };
+  // How many more measurements patience allows if none of them beats the best: a batch of checks
+  // larger than that would spend, all at once, measurements that patience would not have granted.
+  auto patience_left = [&]() -> int64_t {
+    record_best();
+    const int64_t n = evaluator.evals();
+    if (stop_patience <= 0) return std::numeric_limits<int64_t>::max();
+    const double now = walks[0].best_log_ms();
+    for (int64_t j = std::max<int64_t>(0, n - 1 - stop_patience); j < n; ++j)
+      if (std::isfinite(best_by_eval[static_cast<size_t>(j)]) &&
+          best_by_eval[static_cast<size_t>(j)] - now < stop_patience_gain)
+        return std::max(std::max(stop_after, stop_patience + 1), j + 1 + stop_patience) - n;
+    return std::numeric_limits<int64_t>::max();  // Nothing finite measured yet.
   };
 
   // On a kernel family the cost model has not seen, its prior is a guess: from `climb`
@@ -268,8 +285,8 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       for (;;) {
         auto unchecked = walks[0].UncheckedNeighbours(stop_near, stop_near_top);
         if (unchecked.empty()) return;
-        const int64_t left = evaluator.evals_left();
-        if (left <= 0) return;
+        const int64_t left = std::min(evaluator.evals_left(), std::max<int64_t>(1, patience_left()));
+        if (evaluator.evals_left() <= 0) return;
         if (static_cast<int64_t>(unchecked.size()) > left) unchecked.resize(static_cast<size_t>(left));
         const double before = walks[0].best_log_ms();
         const auto checked = evaluator.Evaluate(unchecked);
