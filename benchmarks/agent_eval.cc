@@ -109,6 +109,21 @@ int main(int argc, char** argv) {
   std::map<std::string, double> ppo_options;
   bool unknown_kernel = false, family_tasks = agent::TrainOptions{}.family_tasks;
   uint64_t seed = 0;
+  const char* usage =
+      "usage: agent_eval [--holdout problem|family] [--ppo-steps N] [--bc-episodes N] [--repeats R] [--budget B]\n"
+      "                  [--problems i,j,...] [--families a,b,...] [--ablations 0|1] [--refit N] [--tables first|all]\n"
+      "                  [--json PATH] [--sampled 0|1] [--seed S] [--ppo-option NAME=VALUE ...]\n"
+      "                  [--unknown-kernel 0|1] [--family-tasks 0|1]   (every flag takes a value; see the source's header)\n";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "%s takes a value\n%s", argv[argc - 1], usage);
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--ppo-steps") ppo_steps = std::stoll(value);
@@ -149,7 +164,7 @@ int main(int argc, char** argv) {
         ++pos;
       }
     } else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      std::fprintf(stderr, "unknown flag %s\n%s", flag.c_str(), usage);
       return 2;
     }
   }

@@ -1,7 +1,8 @@
 """A TPE anchor for benchmarks/agent.md: Optuna's TPE sampler replayed over the bundled tables.
 
 Each table is searched in the same space `dr-kernel replay` replays it in (the product of the values
-its rows hold, configs absent from the table counting as failed evaluations). One evaluation is one
+its rows hold less the configs that break its space row's constraints, which cost no evaluation;
+configs of that space absent from the table counting as failed evaluations). One evaluation is one
 distinct config: a config TPE asks for again is answered from its cache, as any tuner would, without
 counting. Failed configs score 10x the table's slowest ok time. The figure is the median over seeds
 of the evaluations until the best so far is within 1.05x of the table's best ok config (budget + 1
@@ -37,6 +38,7 @@ def evals_to_within(table, budget: int, within: float, seed: int) -> int:
                 values[name].append(value)
     for name in values:
         values[name].sort(key=lambda v: (isinstance(v, str), v))
+    space = _core.Space(list(values.items()), list(table.constraints))
     ok_ms = {_key(c): m["ms"] for c, m in rows if m["status"] == "ok"}
     penalty = 10 * max(ok_ms.values())
     target = within * table.oracle_ms
@@ -46,6 +48,8 @@ def evals_to_within(table, budget: int, within: float, seed: int) -> int:
     def objective(trial: optuna.Trial) -> float:
         config = {name: vals[trial.suggest_int(name, 0, len(vals) - 1)] for name, vals in values.items()}
         key = _key(config)
+        if not space.is_valid(config):  # Not a config of the problem: TPE learns to avoid it, free.
+            return math.log(penalty)
         if key not in seen:
             seen[key] = ok_ms.get(key, penalty)
             if not state["reached"] and seen[key] <= target:
@@ -55,8 +59,8 @@ def evals_to_within(table, budget: int, within: float, seed: int) -> int:
         return math.log(seen[key])
 
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
-    # Repeats of cached configs do not count; stop anyway after many of them.
-    study.optimize(objective, n_trials=10 * budget)
+    # Repeats of cached configs and configs outside the space do not count; stop anyway after many.
+    study.optimize(objective, n_trials=20 * budget)
     return state["reached"] or budget + 1
 
 
