@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from dr_kernel import collect
+from dr_kernel import _core, collect
 from dr_kernel.store import open_store
 from dr_kernel.tune_many import plan, sweep_many, tune_many
 from ray.cluster_utils import Cluster
@@ -192,16 +192,22 @@ def cluster():
 def test_sweep_records_chunks_on_the_cluster_and_resumes(cluster, tmp_path):
     from dr_kernel.kernels import get
 
-    softmax, out = get("softmax"), tmp_path / "softmax.jsonl"
+    # layernorm: a kernel whose space has constraints, which the table's space row records (the
+    # chunk that times the reference writes it; the head keeps one, as it keeps one reference).
+    layernorm, out = get("layernorm"), tmp_path / "layernorm.jsonl"
     store = open_store(tmp_path / "results.db")
-    shape = {"rows": 4, "cols": 256}
-    first = sweep_many(softmax, shape, "fp32", out, limit=6, interpret=True, store=store, chunk=2)
+    shape = {"rows": 3, "cols": 700}
+    first = sweep_many(layernorm, shape, "fp32", out, limit=6, interpret=True, store=store, chunk=2)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert first.recorded == 6 and [r["type"] for r in rows].count("reference") == 1
+    types = [r["type"] for r in rows]
+    assert first.recorded == 6 and types.count("reference") == 1 and types.count("space") == 1
+    assert next(r for r in rows if r["type"] == "space")["constraints"] == layernorm.constraints
     assert len({json.dumps(r["config"], sort_keys=True) for r in rows if r["type"] == "measure"}) == 6
     assert store.count() == 6 and first.statuses.get("ok", 0) >= 1
-    again = sweep_many(softmax, shape, "fp32", out, limit=6, interpret=True, store=store, chunk=2)
-    assert again.recorded == 0 and again.skipped == 6 and out.read_text().count("\n") == 7
+    [table] = _core.read_tables([str(out)])
+    assert table.constraints == layernorm.constraints
+    again = sweep_many(layernorm, shape, "fp32", out, limit=6, interpret=True, store=store, chunk=2)
+    assert again.recorded == 0 and again.skipped == 6 and out.read_text().count("\n") == 8
 
 
 def test_on_ray_no_item_starts_after_the_deadline_and_those_started_finish(cluster, tmp_path):

@@ -277,6 +277,10 @@ def sweep_many(kernel, shape: Mapping[str, Any], dtype: str, out: Path, *, confi
                 if store is not None:
                     store.add(problem, row["config"], {k: v for k, v in row.items() if k not in (
                         "type", "family", "shape", "dtype", "config", "t", "same_binary_as")}, "sweep")
+            elif row["type"] == "space":
+                if recorded.space:
+                    continue
+                recorded.space = True
             elif recorded.reference:
                 continue
             else:
