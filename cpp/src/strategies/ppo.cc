@@ -348,7 +348,8 @@ StrategyInfo PpoStrategy() {
            {"stop_near_ends", "1: with stop_local, a round of neighbours whose best is within stop_near of the best "
                               "before ends the session (a tie, not a step)", 0},
            {"stop_patience", "end the session once the best has gained less than stop_patience_gain over the last "
-                             "this many measurements, the checks of stop_local included (0: never)", 0},
+                             "this many measurements, the checks of stop_local included, whose batches it cuts to the "
+                             "measurements it has left (0: never)", 0},
            {"stop_patience_gain", "the gain, as a fraction, that stop_patience waits for", 0.02},
            {"climb_ahead", "1: in the climb, after a step that made one parameter one step better, the same step "
                            "again comes first (0: off; benchmarks/agent.md)", 1},
