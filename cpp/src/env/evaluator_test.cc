@@ -72,9 +72,8 @@ TEST(EvaluatorTest, SecondsBudgetStopsBeforeTheNextBatch) {
   EXPECT_EQ(evaluator.evals(), 2);
 }
 
-TEST(EvaluatorTest, AbsentConfigsAreInvalidEvaluations) {
-  // Two recorded configs of a two-parameter table: the space is their product (4 configs), and the
-  // two the table lacks are invalid, each charged as one evaluation.
+// Two recorded configs of a two-parameter table, (1, 1) and (2, 2).
+ProblemTable TwoConfigTable() {
   ProblemTable two;
   two.problem.family = "toy";
   TableRow a, b;
@@ -84,6 +83,13 @@ TEST(EvaluatorTest, AbsentConfigsAreInvalidEvaluations) {
   b.config = {{"x", int64_t{2}}, {"y", int64_t{2}}};
   b.measurement = a.measurement;
   two.rows = {a, b};
+  return two;
+}
+
+TEST(EvaluatorTest, AbsentConfigsAreInvalidEvaluations) {
+  // The space is the product of the recorded values (4 configs), and the two configs the table
+  // lacks are invalid, each charged as one evaluation.
+  const ProblemTable two = TwoConfigTable();
   ReplayEnv env(two);
   EXPECT_EQ(env.space().CountValid(), 4u);
   Evaluator evaluator(env, Budget{10});
@@ -98,15 +104,7 @@ TEST(EvaluatorTest, ConfigsOutsideTheTablesSpaceCostNoEvaluation) {
   // The same table with the constraint of the space it was recorded from (its "space" row): the
   // configs that break it are not configs of the problem, as in a session of that space, so the
   // walk never spends an evaluation on them; a config the table lacks within the space still costs one.
-  ProblemTable two;
-  two.problem.family = "toy";
-  TableRow a, b;
-  a.config = {{"x", int64_t{1}}, {"y", int64_t{1}}};
-  a.measurement.status = Status::kOk;
-  a.measurement.ms = 1;
-  b.config = {{"x", int64_t{2}}, {"y", int64_t{2}}};
-  b.measurement = a.measurement;
-  two.rows = {a, b};
+  ProblemTable two = TwoConfigTable();
   two.constraints = {"x <= y"};
   ReplayEnv env(two);
   EXPECT_EQ(env.space().CountValid(), 3u);
