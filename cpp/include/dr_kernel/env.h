@@ -57,7 +57,9 @@ double TuningCost(const Measurement& m, const ReplayCost& cost);
 
 // Replays a recorded table: every config asked for is one evaluation whatever its status, its cost
 // is the recorded compile_s plus a measuring cost, and a config absent from the table is invalid.
-// The space is the product of the values the table holds for each parameter, in ascending order.
+// The space is the product of the values the table holds for each parameter, in ascending order,
+// less the configs that break the constraints of its space row (not configs of the problem: the
+// Evaluator charges nothing for them); a row that breaks one throws TableError.
 class ReplayEnv : public Env {
  public:
   explicit ReplayEnv(const ProblemTable& table, ReplayCost cost = {});
