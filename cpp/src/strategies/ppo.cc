@@ -177,7 +177,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     for (int64_t j = std::max<int64_t>(0, n - 1 - stop_patience); j < n; ++j)
       if (std::isfinite(best_by_eval[static_cast<size_t>(j)]) &&
           best_by_eval[static_cast<size_t>(j)] - now < stop_patience_gain)
-        return std::max(std::max(stop_after, stop_patience + 1), j + 1 + stop_patience) - n;
+        return std::max({stop_after, stop_patience + 1, j + 1 + stop_patience}) - n;
     return std::numeric_limits<int64_t>::max();  // Nothing finite measured yet.
   };
 
