@@ -1,6 +1,11 @@
-"""Imports every module of Liger-Kernel's and flash-linear-attention's (fla-core) Triton ops with
-triton.autotune counted (mode "count") or replaced by dr_kernel (mode "ours"), and in mode "ours"
-runs two of fla's ops (forward and backward) in Triton's interpreter against torch. Prints one JSON object."""
+"""Imports every module of a library's Triton ops with triton.autotune counted (mode "count") or
+replaced by dr_kernel (mode "ours"), and in mode "ours" runs some of its ops in Triton's interpreter
+against torch. Prints one JSON object.
+
+    library_takeover.py count|ours [liger-fla|torchao]
+
+liger-fla (the default): Liger-Kernel's and flash-linear-attention's (fla-core) ops, two of fla's run
+forward and backward. torchao: every torchao module, its INT8 GEMM (27 configs) run."""
 
 import importlib
 import json
@@ -17,6 +22,8 @@ import triton  # noqa: E402
 import triton.runtime.autotuner  # noqa: E402
 
 mode = sys.argv[1]
+library = sys.argv[2] if len(sys.argv) > 2 else "liger-fla"
+packages = {"liger-fla": ("liger_kernel.ops", "fla.ops", "fla.modules"), "torchao": ("torchao",)}[library]
 decorated = []
 if mode == "count":
     stock = triton.runtime.autotuner.autotune
@@ -38,18 +45,34 @@ else:
     dr_kernel.install(widen=False)
 
 failed_imports = []
-for package in ("liger_kernel.ops", "fla.ops", "fla.modules"):
+for package in packages:
     root = importlib.import_module(package)
-    for info in pkgutil.walk_packages(root.__path__, package + "."):
+    # A subpackage whose import fails (walk_packages imports packages to look inside) is skipped.
+    for info in pkgutil.walk_packages(root.__path__, package + ".",
+                                      onerror=lambda name: failed_imports.append(f"{name}: package")):
         try:
             importlib.import_module(info.name)
-        except Exception as error:  # noqa: BLE001 -- optional backends (CuTe, cuTile, Ascend) need their toolkits.
+        except Exception as error:  # noqa: BLE001 -- optional backends (CuTe, cuTile, Ascend, MPS) and
+            # torchao's optional dependencies (transformers, lm_eval, a CUDA build of torch) are missing.
             failed_imports.append(f"{info.name}: {type(error).__name__}")
 out = {"decorated": sorted(set(decorated)) if mode == "count" else None,
        "taken_over": sorted(set(dr_kernel.taken_over())), "kept": dr_kernel.kept(),
        "failed_imports": sorted(failed_imports)}
 
-if mode == "ours":
+if mode == "ours" and library == "torchao":
+    # Its INT8 GEMM for quantised training (heuristics below autotune, 27 configs), called as its
+    # CUDA implementation calls it: exact in integers, then scaled by rows and columns.
+    from torchao.prototype.quantized_training.int8_mm import _scaled_int8_mm_kernel, scaled_int8_mm_cuda
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(-128, 128, (64, 96), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (96, 80), generator=g, dtype=torch.int8)
+    rows, cols = torch.rand(64, generator=g), torch.rand(80, generator=g)
+    ref = (a.double() @ b.double()) * rows.double()[:, None] * cols.double()[None, :]
+    got = scaled_int8_mm_cuda(a, b, rows, cols)
+    out["int8_mm"] = float((got.double() - ref).abs().max() / ref.abs().max())
+    out["evaluations"] = _scaled_int8_mm_kernel.evaluations
+elif mode == "ours":
     # Liger's autotuned kernels need the GPU (TMA descriptors) or libdevice, which the interpreter
     # lacks; fla's run there. Each result against torch's formula.
     from fla.modules.norm.layernorm import rms_norm
