@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
+#   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
 set -uo pipefail

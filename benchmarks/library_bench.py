@@ -99,6 +99,33 @@ def make_op(name: str):
 
         def f():
             return LigerMLPFunction.apply(xm, gate_w, up_w, down_w), g
+    elif name == "ao_int8_linear":
+        # torchao's INT8 mixed-precision training (its README's recipe for faster LLM training): a
+        # linear layer whose forward, input gradient and weight gradient each quantise rowwise and
+        # run one autotuned INT8 GEMM (27 configs, three keys).
+        from torchao.prototype.quantized_training.int8_mixed_precision import (
+            Int8MixedPrecisionTrainingConfig,
+            Int8MixedPrecisionTrainingLinear,
+        )
+
+        layer = Int8MixedPrecisionTrainingLinear(HIDDEN, HIDDEN, bias=False, device=dev, dtype=bf16,
+                                                 config=Int8MixedPrecisionTrainingConfig())
+
+        def f():
+            return layer(x), dy
+    elif name in ("ao_fp8_blockwise_linear", "ao_fp8_blockwise_linear_triton"):
+        # torchao's DeepSeek-style blockwise FP8 training linear: activations quantised in 1×128
+        # blocks and weights in 128×128 by autotuned Triton kernels (45 and 4 configs), the GEMMs by
+        # torch._scaled_mm (the module's default) or by torchao's autotuned Triton GEMMs (6 configs).
+        from torchao.prototype.blockwise_fp8_training.linear import Float8BlockwiseLinear
+
+        layer = Float8BlockwiseLinear(HIDDEN, HIDDEN, bias=False, device=dev,
+                                      use_triton=name.endswith("_triton"))
+        with torch.no_grad():
+            layer.weight.copy_(torch.randn(HIDDEN, HIDDEN, device=dev) * 0.02)
+
+        def f():
+            return layer(x), dy
     else:
         raise SystemExit(f"unknown op {name}")
 
@@ -289,7 +316,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--ops", default="gems_layer_norm,gems_rms_norm,gems_softmax,gems_cross_entropy,"
-                                   "fla_rms_norm,fla_layer_norm,fla_norm_gated,liger_dyt,liger_mlp")
+                                   "fla_rms_norm,fla_layer_norm,fla_norm_gated,liger_dyt,liger_mlp,ao_int8_linear,"
+                                   "ao_fp8_blockwise_linear,ao_fp8_blockwise_linear_triton")
     p.add_argument("--modes", default="stock,dr,widen")
     p.add_argument("--timeout", type=float, default=240)
     p.add_argument("--deadline", type=float, default=1e9, help="seconds after which no new run starts")
