@@ -457,6 +457,28 @@ def test_with_two_measuring_gpus_the_strategy_proposes_two_configs_a_round(strat
     assert sum(sizes) == 8 and 2 < max(sizes) <= 4
 
 
+def test_the_agents_cost_model_is_refitted_in_large_spaces_only():
+    problem = {"family": "softmax", "shape": {"rows": 4096, "cols": 4096}, "device": "test", "dtype": ""}
+
+    def measure(configs, best_ms):
+        return [({"status": "ok", "ms": 1.0 + c["BLOCK"] / 4096 + c["num_warps"] / 100}, 0.1) for c in configs]
+
+    def options(space, **kwargs):
+        return run_session(problem, space, measure, strategy="ppo", max_evals=4, **kwargs).strategy_options
+
+    # 40 configs: a refit would cost more than the measurements it could save.
+    small = make_space({"BLOCK": [256, 512, 1024, 2048, 4096], "num_warps": [1, 2, 4, 8], "num_stages": [1, 2]})
+    assert (options(small)["refit"], options(small)["doubt_refit"]) == (0, 0)
+    large = make_space({"BLOCK": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8, 16],
+                        "num_stages": [1, 2, 3]})
+    assert (options(large)["refit"], options(large)["doubt_refit"]) == (8, 4)
+    # A product of 90 whose constraint leaves 60 counts as small; a caller's own choice stands.
+    constrained = make_space({"BLOCK": [256, 512, 1024, 2048, 4096, 8192], "num_warps": [1, 2, 4, 8, 16],
+                              "num_stages": [1, 2, 3]}, constraints=["BLOCK * num_stages <= 4096"])
+    assert constrained.count_valid() < 64 and options(constrained)["refit"] == 0
+    assert options(small, options={"refit": 2})["refit"] == 2
+
+
 def test_a_failure_while_timing_again_keeps_the_search_result():
     calls = []
 

@@ -51,6 +51,12 @@ PER_ROUND_OPTION = {"ppo": "walkers", "random": "batch"}
 GUESS_LEADERS, GUESS_NEAR = 3, 0.01
 # Configs ranked by the cost model to order guesses (the rest come after them; 50 ms for matmul's 3,960).
 GUESS_RANKED = 8192
+# Spaces of fewer configs than this get no refits of the agent's cost model. In replay (leave-one-
+# family-out, five training seeds) refits changed no problem of the bundled spaces under 64 configs
+# (cross_entropy, layernorm, layernorm_bwd: 24-36) and saved 2 evaluations on cumsum's 71; on the
+# H200 a refit took 0.25 s, and torchao's quantisers (45-config lists, 50 ms an evaluation) spent
+# 0.5-1.4 s of each 1.1-2.3 s session refitting (benchmarks/agent.md, "Refits in small spaces").
+REFIT_MIN_CONFIGS = 64
 
 
 def _key(config: Mapping[str, Any]) -> tuple:
@@ -272,6 +278,8 @@ class SessionResult:
     copied_from: dict[tuple, dict] = field(default_factory=dict)  # Copied config (sorted items) → its leader.
     # Config (sorted items) → the ids of the store rows the session added for it (Store.rejudge).
     stored_rows: dict[tuple, list[int]] = field(default_factory=dict)
+    # The options the strategy ran with: the caller's, and the session's defaults for the rest.
+    strategy_options: dict[str, float] = field(default_factory=dict)
 
     @property
     def evaluations(self) -> int:
@@ -519,13 +527,18 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     if per_round is not None and parallel > 1:
         options.setdefault(per_round, parallel)
     if strategy == "ppo":
-        # On a GPU a measurement costs seconds, so the agent's copy of the cost model is refitted
-        # with the session's measurements every 8 of them (0.1 s a refit), and every 4 while its
+        # On a GPU a measurement of a large space's config (its compile mostly) costs about as
+        # much as a refit (0.25 s on the H200's host), so the agent's copy of the cost model is
+        # refitted with the session's measurements every 8 of them, and every 4 while its
         # predictions rank the measurements badly (trust below 0.5); replays leave both off. Under
         # leave-one-family-out (seed 0's agents, benchmarks/agent.md) the pair took the geomean of
-        # evaluations to 1.05x from 6.1 to 5.4 and the worst problem from 43.5 to 29.5.
-        options.setdefault("refit", 8)
-        options.setdefault("doubt_refit", 4)
+        # evaluations to 1.05x from 6.1 to 5.4 and the worst problem from 43.5 to 29.5. Small
+        # spaces get none (REFIT_MIN_CONFIGS).
+        small = space.product_size < REFIT_MIN_CONFIGS or (
+            space.product_size <= 100 * REFIT_MIN_CONFIGS and space.count_valid() < REFIT_MIN_CONFIGS)
+        options.setdefault("refit", 0 if small else 8)
+        options.setdefault("doubt_refit", 0 if small else 4)
+    result.strategy_options = dict(options)
     try:
         ahead: list[tuple[dict, dict, float]] = []
         if first:
