@@ -3,13 +3,16 @@ each config's recorded measurement as its time: what a change to the strategy or
 would have done on the GPU's own noisy timings, without the GPU (issue 10).
 
     .venv/bin/python benchmarks/session_replay.py RUN [RUN ...] [--option NAME=VALUE ...] [--stop auto]
+        [--fill OTHER_RUN] [--problems P,...] [--trace]
 
 A session is replayed exactly as long as it asks only for configs the recorded one measured (the
 cost model, the agent and the seed are the shipped ones, as on the GPU; refusals replay as
 recorded; the registers, spills and shared memory the static stage added to each measurement
 come from the run's results.db when it is there). A change that only ends sessions earlier (a
 stop rule) replays every session exactly; one that changes the path leaves the recorded one, and
-such a session is reported as having left it at that evaluation, not given an invented time.
+such a session is reported as having left it at that evaluation, not given an invented time —
+unless --fill names runs whose sessions measured the config (their time is then used, and the
+row says how many times were filled in; a filled time is another session's, on another machine).
 Per problem: evaluations recorded and replayed, the best time of each, replayed over recorded
 (the noisy single measurements the strategy saw, not the confirmation re-timing).
 """
@@ -49,7 +52,21 @@ def static_fields(store: Path) -> dict[tuple, dict]:
     return out
 
 
-def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict]) -> dict:
+def fill_times(runs: list[Path]) -> dict[str, dict[tuple, dict]]:
+    """--fill: problem → config → a measurement of that config in another recorded run (the first
+    run listed that has it; a run of 50-evaluation sessions holds the most)."""
+    out: dict[str, dict[tuple, dict]] = {}
+    for run in runs:
+        for path in sorted(run.glob("*.json")):
+            row = json.loads(path.read_text())
+            for session in (v for k, v in row.items() if k.startswith("dr_kernel") and isinstance(v, dict)):
+                for h in session.get("history") or []:
+                    out.setdefault(row["problem"], {}).setdefault(tuple(sorted(h["config"].items())), h)
+    return out
+
+
+def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict], fill: dict[tuple, dict] | None = None,
+           trace: bool = False) -> dict:
     from dr_kernel.analysis import H200
     from dr_kernel.kernels import get
     from dr_kernel.session import builtin_problem, run_session
@@ -61,14 +78,22 @@ def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict]) -> di
     space = kernel.space_for(row["shape"], H200)
     problem = builtin_problem(kernel, row["shape"], row["dtype"], row["device"])
     asked: list[int] = [0]
+    filled: list[int] = [0]
 
     def measure(batch, best_ms):
         out = []
         for config in batch:
             h = recorded.get(tuple(sorted(config.items())))
+            if h is None and fill and tuple(sorted(config.items())) in fill:
+                h = fill[tuple(sorted(config.items()))]
+                filled[0] += 1
             if h is None:
                 raise LeftThePath(asked[0] + 1)
             asked[0] += 1
+            if trace:
+                time = f"{h['ms']:.4f} ms" if h.get("ms") is not None else h["status"]
+                own = h is recorded.get(tuple(sorted(config.items())))
+                print(f"    {asked[0]:3d} {time:>16} {'        ' if own else '(filled)'} {config}")
             m = {"status": h["status"]}
             if h.get("ms") is not None:
                 m.update(ms=h["ms"], ms_p20=h["ms"], ms_p80=h["ms"])
@@ -83,7 +108,7 @@ def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict]) -> di
     except LeftThePath as left:
         return {"left_at": left.args[0]}
     ok = [m["ms"] for _, m, _ in result.history if m["status"] == "ok"]
-    return {"evaluations": result.evaluations, "best_ms": min(ok) if ok else math.nan}
+    return {"evaluations": result.evaluations, "best_ms": min(ok) if ok else math.nan, "filled": filled[0]}
 
 
 def main() -> None:
@@ -92,10 +117,17 @@ def main() -> None:
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="a strategy option on top of the stop rule's")
     p.add_argument("--stop", default="auto", choices=("auto", "budget"))
+    p.add_argument("--fill", action="append", default=[], type=Path, metavar="RUN",
+                   help="configs the recorded session did not measure take their time from this run's session of "
+                        "the same problem (e.g. one of 50 evaluations), so that a change can be followed further")
+    p.add_argument("--problems", help="comma-separated problems to replay (default: all)")
+    p.add_argument("--trace", action="store_true", help="print every measurement the replayed session asks for")
     args = p.parse_args()
     options = {k: float(v) for k, _, v in (o.partition("=") for o in args.option)}
+    fill = fill_times(args.fill)
+    wanted = set(args.problems.split(",")) if args.problems else None
     for run in args.runs:
-        used, recorded_used, ratios, left = [], [], [], 0
+        used, recorded_used, ratios, left, filled = [], [], [], 0, 0
         static = static_fields(run / "results.db")
         print(f"{run}:" + ("" if static else " (no results.db: sessions that read registers or shared memory "
                                               "may leave the recorded path)"))
@@ -103,23 +135,30 @@ def main() -> None:
             row = json.loads(path.read_text())
             if "dr_kernel" not in row or not row["dr_kernel"].get("history"):
                 continue
+            if wanted is not None and row["problem"] not in wanted:
+                continue
             history = row["dr_kernel"]["history"]
             best = min((h["ms"] for h in history if h["status"] == "ok"), default=math.nan)
-            r = replay(row, options, args.stop, static)
+            if args.trace:
+                print(f"  {row['problem']}:")
+            r = replay(row, options, args.stop, static, fill.get(row["problem"]), args.trace)
             if "left_at" in r:
                 left += 1
                 print(f"  {row['problem']:32} recorded {len(history):3d} evaluations; replay left the recorded path "
                       f"at evaluation {r['left_at']}")
                 continue
+            filled += r["filled"] > 0
             used.append(r["evaluations"])
             recorded_used.append(len(history))
             ratios.append(r["best_ms"] / best)
             print(f"  {row['problem']:32} recorded {len(history):3d} evaluations, best {best:.4f} ms; replayed "
-                  f"{r['evaluations']:3d}, best {r['best_ms']:.4f} ms ({r['best_ms'] / best:.3f}x)")
+                  f"{r['evaluations']:3d}, best {r['best_ms']:.4f} ms ({r['best_ms'] / best:.3f}x)"
+                  + (f", {r['filled']} times filled in" if r["filled"] else ""))
         if used:
             geo = math.exp(sum(math.log(x) for x in used) / len(used))
             geo_recorded = math.exp(sum(math.log(x) for x in recorded_used) / len(recorded_used))
-            print(f"  {len(used)} replayed exactly (geomean evaluations {geo_recorded:.1f} recorded, {geo:.1f} "
+            print(f"  {len(used) - filled} replayed exactly" + (f", {filled} with times filled in" if filled else "")
+                  + f" (geomean evaluations {geo_recorded:.1f} recorded, {geo:.1f} "
                   f"replayed; worst best {max(ratios):.3f}x the recorded), {left} left the recorded path")
 
 

@@ -145,6 +145,11 @@ def test_session_replay_ends_a_recorded_h200_session_where_a_stop_rule_would_hav
     n = shorter["evaluations"]
     assert 8 < n < 34
     assert shorter["best_ms"] == min(h["ms"] for h in history[:n] if h["status"] == "ok")
-    # A session whose recorded path ends before the replay's is reported where it left it.
+    # A session whose recorded path ends before the replay's is reported where it left it; with
+    # another run's session of the problem filling in (--fill), it goes on through that one's times.
     row["dr_kernel"]["history"] = history[:5]
     assert replay.replay(row, {}, "budget", static) == {"left_at": 6}
+    fill = replay.fill_times([run_dir])["matmul-8x8192x8192"]
+    assert len(fill) == 34
+    filled = replay.replay(row, {}, "auto", static, fill)
+    assert filled["filled"] == 29 and filled["evaluations"] == 34
