@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-tma, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
@@ -110,7 +110,7 @@ for step in "$@"; do
       pack ;;
     ncuprobes)  # Issue 12: counters of every recorded problem's probe configs, one ncu process a batch.
       timeout -k 10 "${PROBES_TIMEOUT:-540}" python3 benchmarks/ncu_probes.py --out "$work/ncu-probes" \
-        --deadline "${PROBES_DEADLINE:-480}" > "$work/ncu-probes.log" 2>&1
+        --deadline "${PROBES_DEADLINE:-480}" ${PROBES_TABLES:+--tables $PROBES_TABLES} > "$work/ncu-probes.log" 2>&1
       echo "ncuprobes: rc $? after $(elapsed) s"; grep -v '^{' "$work/ncu-probes.log" | tail -c 3000
       pack ;;
     profile)  # Issue 12: `dr-kernel evaluate --profile` on the four first built-in kernels' best recorded configs.
@@ -141,6 +141,9 @@ for step in "$@"; do
       sweep softmax_4096x4096_bf16 softmax rows=4096,cols=4096 bf16 60
       sweep rmsnorm_4096x4096_fp16 rmsnorm rows=4096,cols=4096 fp16 60
       sweep rmsnorm_16384x8192_bf16 rmsnorm rows=16384,cols=8192 bf16 60 ;;
+    sweeps-rows)  # Few rows, wide: an LM head's softmax (the tables' softmax shapes have 1,024-8,192 rows).
+      sweep softmax_512x32000_fp16 softmax rows=512,cols=32000 fp16 60
+      sweep softmax_1024x128256_bf16 softmax rows=1024,cols=128256 bf16 60 ;;
     sweeps-tma)  # Issue 11: the TMA attention kernel against the recorded one, same tiles, and SDPA.
       at='{"BLOCK_M":[64,128],"BLOCK_N":[32,64,128],"num_warps":[4,8],"num_stages":[2,3,4],"TMA":[0,1]}'
       sweep attention_2x16x8192x128_bf16_tma attention Z=2,H=16,N_CTX=8192,HEAD_DIM=128,CAUSAL=false bf16 90 "$at"

@@ -6,7 +6,7 @@ nearest the middle of every parameter's range) and, for the robustness check, th
 the first and third quartiles; each batch is one ncu process (`profiling.profile_many`). Rows are
 table rows of type "counters", ready to be appended to the tables:
 
-    python3 benchmarks/ncu_probes.py --out OUT [--quantiles 0.5,0.25,0.75] [--deadline 480]
+    python3 benchmarks/ncu_probes.py --out OUT [--quantiles 0.5,0.25,0.75] [--deadline 480] [--tables T.jsonl ...]
 """
 
 import argparse
@@ -24,11 +24,12 @@ def main() -> None:
     parser.add_argument("--quantiles", default="0.5,0.25,0.75")
     parser.add_argument("--deadline", type=float, default=480.0, help="seconds; later batches are skipped")
     parser.add_argument("--batch-timeout", type=float, default=300.0)
+    parser.add_argument("--tables", nargs="+", help="tables whose problems to probe (default: every bundled table)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     start = time.perf_counter()
     print("ncu:", find_ncu(), flush=True)
-    tables = _core.read_tables([str(p) for p in bundled_tables()])
+    tables = _core.read_tables(args.tables or [str(p) for p in bundled_tables()])
     rows_path = os.path.join(args.out, "probes.jsonl")
     for q in (float(x) for x in args.quantiles.split(",")):
         left = args.deadline - (time.perf_counter() - start)

@@ -126,7 +126,7 @@ def test_the_probe_is_the_config_nearest_the_middle_of_every_parameter():
         probe_config([])
     # The bundled tables carry the middle probe's counters on that probe's own row.
     specs = _probe_specs()
-    assert len(specs) == 32 and all(s["counters"] for s in specs)
+    assert len(specs) == 34 and all(s["counters"] for s in specs)
     matmul = next(s for s in specs if s["kernel"] == "matmul" and s["shape"] == {"M": 4096, "N": 4096, "K": 4096})
     assert matmul["config"] == {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4,
                                 "num_stages": 3}
