@@ -183,7 +183,8 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
 
   // On a kernel family the cost model has not seen, its prior is a guess: from `climb`
   // measurements on, the session first measures the best config's untried one-step neighbours
-  // (one a round, the most promising first), so that the policy acts from local optima.
+  // (one a round per walker, that is per measuring GPU, the most promising first), so that the
+  // policy acts from local optima.
   const int64_t climb = options.Int("climb");
   const bool unseen = prior->trust < agent::kSeenFamilyTrust;
   // With climb_ahead, a climb step that made one parameter one step better is tried again first.
@@ -202,7 +203,8 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
           if (it != unchecked.end()) std::rotate(unchecked.begin(), it, it + 1);
         }
       }
-      if (!unchecked.empty()) batch.push_back(std::move(unchecked.front()));
+      for (size_t i = 0; i < unchecked.size() && static_cast<int>(i) < walkers; ++i)
+        batch.push_back(std::move(unchecked[i]));
     }
     const bool climbing = !batch.empty();
     for (int w = 0; w < walkers && !climbing; ++w) {
@@ -230,7 +232,21 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       // jumps, so that every round measures something while anything is left.
       const bool proposed = !proposals.empty() && proposals.back().first == w;
       if (!proposed) {
-        if (auto jump = s.Resolve(agent::kJump); jump && chosen.insert(space.Index(jump->config)).second) {
+        auto jump = s.Resolve(agent::kJump);
+        if (jump && !chosen.insert(space.Index(jump->config)).second) {
+          // Another walker measures this walker's jump target this round (their beliefs agree):
+          // it takes the prior's most promising config that no walker chose, so that every
+          // measuring GPU gets one while any is left.
+          jump.reset();
+          for (uint64_t index : prior->order) {
+            const Config c = space.FromIndex(index);
+            if (s.Measured(c) || s.Covered(c) || chosen.count(index) || s.PFail(c) > 0.5) continue;
+            chosen.insert(index);
+            jump = agent::Move{c, true};
+            break;
+          }
+        }
+        if (jump) {
           proposals.emplace_back(w, *jump);
           proposals_from_policy.push_back(false);
         }
@@ -241,7 +257,8 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     if (evaluator.best() != nullptr) best_before = evaluator.best()->config;
     const auto results = evaluator.Evaluate(batch);
     if (climbing)
-      for (auto& w : walks) w.Record(batch[0], results[0]);
+      for (auto& w : walks)
+        for (size_t i = 0; i < batch.size(); ++i) w.Record(batch[i], results[i]);
     for (size_t i = 0; i < proposals.size(); ++i) {
       const auto& [walker, move] = proposals[i];
       for (int w = 0; w < walkers; ++w) {
