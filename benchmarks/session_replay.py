@@ -83,21 +83,19 @@ def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict], fill:
     def measure(batch, best_ms):
         out = []
         for config in batch:
-            h = recorded.get(tuple(sorted(config.items())))
-            if h is None and fill and tuple(sorted(config.items())) in fill:
-                h = fill[tuple(sorted(config.items()))]
-                filled[0] += 1
+            key = tuple(sorted(config.items()))
+            own = key in recorded
+            h = recorded[key] if own else (fill or {}).get(key)
             if h is None:
                 raise LeftThePath(asked[0] + 1)
             asked[0] += 1
+            filled[0] += not own
             if trace:
-                time = f"{h['ms']:.4f} ms" if h.get("ms") is not None else h["status"]
-                own = h is recorded.get(tuple(sorted(config.items())))
-                print(f"    {asked[0]:3d} {time:>16} {'        ' if own else '(filled)'} {config}")
+                shown = f"{h['ms']:.4f} ms" if h.get("ms") is not None else h["status"]
+                print(f"    {asked[0]:3d} {shown:>16} {'        ' if own else '(filled)'} {config}")
             m = {"status": h["status"]}
             if h.get("ms") is not None:
                 m.update(ms=h["ms"], ms_p20=h["ms"], ms_p80=h["ms"])
-            key = tuple(sorted(config.items()))
             m.update(static.get((key, h["ms"] if h["status"] == "ok" else h["status"]), {}))
             out.append((m, 0.0))
         return out
