@@ -27,7 +27,7 @@ from pathlib import Path
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
     from dr_kernel import MODEL_FILE, POLICY_FILE, _core, bundled_tables
-    from dr_kernel.holdout import BC_EPISODES, PPO_STEPS, SYNTHETIC, use_agent_without
+    from dr_kernel.holdout import use_agent_without, use_agent_without_problem
 
     p = argparse.ArgumentParser()
     p.add_argument("--stops", default="0,0.05,0.1,0.2")
@@ -53,8 +53,8 @@ def main() -> int:
                        [t for t in tables if t.problem["family"] == family]) for family in families]
         else:
             groups = [(f"problem {i} ({t.problem['family']})",
-                       lambda i=i: _agent_without_problem(_core, tables, i, Path(folder), PPO_STEPS, BC_EPISODES,
-                                                          SYNTHETIC, args.seed), [t]) for i, t in enumerate(tables)]
+                       lambda i=i: use_agent_without_problem(i, tables, folder, seed=args.seed), [t])
+                      for i, t in enumerate(tables)]
         for family, load, held in groups:
             load()
             for stop in stops:
@@ -78,18 +78,6 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0
-
-
-def _agent_without_problem(core, tables, i: int, folder: Path, ppo_steps: int, bc_episodes: int,
-                           synthetic: int, seed: int) -> None:
-    """Loads the agent trained with the shipped recipe on every table but the i-th (trained and
-    saved under `folder` the first time)."""
-    policy, model = folder / f"problem{i}.policy.bin", folder / f"problem{i}.model.bin"
-    if not (policy.exists() and model.exists()):
-        folder.mkdir(parents=True, exist_ok=True)
-        core.train_agent([t for j, t in enumerate(tables) if j != i], ppo_steps, bc_episodes, synthetic, seed,
-                         str(policy), str(model))
-    core.load_agent(str(policy), str(model))
 
 
 if __name__ == "__main__":

@@ -103,3 +103,28 @@ def test_holdout_family_replays_each_family_with_an_agent_that_never_saw_it(tabl
     assert _core.replay(chosen[:1], "ppo", 20, 2, 1.05, 0, {}).to_json() == shipped
     with pytest.raises(ValueError, match="nothing to learn from"):
         holdout.replay_held_out(chosen[:1], "ppo", 20, 2, 1.05, 0, {}, ppo_steps=2048, bc_episodes=20)
+
+
+def test_an_agent_without_one_problem_is_trained_on_every_other_table_once(tables, tmp_path, monkeypatch):
+    from dr_kernel import holdout
+
+    chosen = [t for t in tables if t.problem["family"] == "softmax"][:3]
+    trained_on = []
+    train = _core.train_agent
+
+    def recording(training, *args):
+        trained_on.append(sorted(json.dumps(t.problem["shape"], sort_keys=True) for t in training))
+        return train(training, *args)
+
+    monkeypatch.setattr(_core, "train_agent", recording)
+    try:
+        holdout.use_agent_without_problem(1, chosen, tmp_path, ppo_steps=2048, bc_episodes=20, synthetic=0)
+        # The held-out problem is the only one missing from its training.
+        assert trained_on == [sorted(json.dumps(chosen[i].problem["shape"], sort_keys=True) for i in (0, 2))]
+        saved = {f.name: f.stat().st_mtime_ns for f in tmp_path.iterdir()}
+        assert set(saved) == {"problem1.policy.bin", "problem1.model.bin"}
+        # Again: loaded from the folder, not trained anew.
+        holdout.use_agent_without_problem(1, chosen, tmp_path, ppo_steps=2048, bc_episodes=20, synthetic=0)
+        assert len(trained_on) == 1 and {f.name: f.stat().st_mtime_ns for f in tmp_path.iterdir()} == saved
+    finally:
+        _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
