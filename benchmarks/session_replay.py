@@ -20,6 +20,7 @@ Per problem: evaluations recorded and replayed, the best time of each, replayed 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -43,7 +44,9 @@ def static_fields(store: Path) -> dict[tuple, dict]:
     out: dict[tuple, dict] = {}
     if not store.exists():
         return out
-    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+    # immutable: a committed run's store is only read, and a store in WAL mode opened read-only would
+    # still leave -shm and -wal files beside it in the checkout.
+    with contextlib.closing(sqlite3.connect(f"file:{store}?immutable=1", uri=True)) as db:
         for config, status, ms, *values in db.execute(f"SELECT config, status, ms, {', '.join(STATIC)} "
                                                       "FROM measurements"):
             key = tuple(sorted(json.loads(config).items()))
