@@ -18,6 +18,7 @@ rl::PpoConfig PretrainOptions::DefaultPpo() {
   c.entropy_coef = 0.005;
   c.learning_rate = 1e-4;  // Fine-tuning a cloned policy: small steps keep what cloning taught.
   c.target_kl = 0.03;
+  c.threads = 0;  // One per core: the same policy, sooner (rl::PpoConfig::threads).
   return c;
 }
 

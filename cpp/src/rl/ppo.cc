@@ -226,8 +226,8 @@ PpoLearner::PpoLearner(ActorCritic* model, const PpoConfig& config)
                        AdamConfig{config.learning_rate, 0.9, 0.999, 1e-5, config.max_grad_norm}),
       critic_optimizer_(model->critic().num_params(),
                         AdamConfig{config.learning_rate, 0.9, 0.999, 1e-5, config.max_grad_norm}) {
-  if (config.epochs <= 0 || config.minibatch_size <= 0 || config.clip <= 0 || config.threads <= 0) {
-    throw std::invalid_argument("PPO needs positive epochs, minibatch_size, clip and threads.");
+  if (config.epochs <= 0 || config.minibatch_size <= 0 || config.clip <= 0 || config.threads < 0) {
+    throw std::invalid_argument("PPO needs positive epochs, minibatch_size and clip, and threads >= 0.");
   }
 }
 
@@ -262,7 +262,9 @@ PpoStats PpoLearner::Update(const RolloutBuffer& buffer, Rng& rng) {
   const Mlp& actor = model_->actor();
   const Mlp& critic = model_->critic();
   const Eigen::Index max_shards = (minibatch + kShardRows - 1) / kShardRows;
-  std::vector<Workspace> workspaces(static_cast<size_t>(std::min<Eigen::Index>(config_.threads, max_shards)));
+  const Eigen::Index threads =
+      config_.threads > 0 ? config_.threads : std::max<Eigen::Index>(1, std::thread::hardware_concurrency());
+  std::vector<Workspace> workspaces(static_cast<size_t>(std::min<Eigen::Index>(threads, max_shards)));
   std::vector<Eigen::VectorXd> actor_grads(max_shards), critic_grads(max_shards);
   std::vector<PpoLoss> shard_losses(max_shards);
   Eigen::VectorXd actor_grad(actor.num_params()), critic_grad(critic.num_params());

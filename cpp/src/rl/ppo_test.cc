@@ -236,7 +236,7 @@ TEST(PpoUpdateTest, ResultsDoNotDependOnTheThreadCount) {
   config.minibatch_size = 300;  // Shards of 128, 128 and 44, and a last minibatch of 212.
   config.epochs = 3;
   std::vector<Eigen::VectorXd> results;
-  for (int threads : {1, 2, 3}) {
+  for (int threads : {1, 2, 3, 0}) {  // 0: one per core.
     config.threads = threads;
     ActorCritic model = start;
     PpoLearner learner(&model, config);
@@ -253,6 +253,7 @@ TEST(PpoUpdateTest, ResultsDoNotDependOnTheThreadCount) {
       (Eigen::VectorXd(results[0].size()) << start.actor().params(), start.critic().params()).finished());
   EXPECT_EQ(results[0], results[1]);
   EXPECT_EQ(results[0], results[2]);
+  EXPECT_EQ(results[0], results[3]);
 }
 
 TEST(PpoUpdateTest, StopsEarlyOnLargeDivergence) {

@@ -1,9 +1,12 @@
 #include "dr_kernel/rl/train.h"
 
+#include <algorithm>
 #include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "dr_kernel/interrupt.h"
 
@@ -71,6 +74,10 @@ TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint6
   std::vector<int64_t> episode_length(num_envs, 0);
   for (int e = 0; e < num_envs; ++e) CopyObservation(envs[e]->Reset(rng.Next()), obs_size, e, &obs);
 
+  const size_t stepping_threads = std::min<size_t>(
+      envs.size(), config.threads > 0 ? static_cast<size_t>(config.threads)
+                                      : std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<EpisodeStep> stepped(envs.size());
   const int64_t per_update = static_cast<int64_t>(num_envs) * num_steps;
   const int64_t updates = (steps + per_update - 1) / per_update;
   for (int64_t u = 0; u < updates; ++u) {
@@ -84,9 +91,18 @@ TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint6
     for (int t = 0; t < num_steps; ++t) {
       for (int e = 0; e < num_envs; ++e) CopyMask(envs[e]->Mask(), num_actions, e, &mask);
       const ActResult act = model.Sample(obs, mask, rng);
+      // Each environment is its own state: they step on `threads` threads at once, and what follows
+      // (rewards, resets, which draw from `rng`) runs in environment order, as if they had not.
+      const auto step_some = [&](size_t worker) {
+        for (size_t e = worker; e < envs.size(); e += stepping_threads) stepped[e] = envs[e]->Step(act.actions[e]);
+      };
+      std::vector<std::thread> stepping;
+      for (size_t w = 1; w < stepping_threads; ++w) stepping.emplace_back(step_some, w);
+      step_some(0);
+      for (auto& thread : stepping) thread.join();
       bool any_truncated = false;
       for (int e = 0; e < num_envs; ++e) {
-        const EpisodeStep step = envs[e]->Step(act.actions[e]);
+        const EpisodeStep& step = stepped[e];
         rewards(e) = step.reward;
         for (const auto& [ago, credit] : step.credit_back) {
           // Step t is not in the buffer yet: "1 step ago" is the last one added.

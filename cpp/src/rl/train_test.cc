@@ -115,8 +115,12 @@ TEST(TrainTest, SameSeedSameParameters) {
   const TrainResult b = Train(env, config, 4096, 5);
   EXPECT_EQ(AllParams(a.model), AllParams(b.model));
   EXPECT_EQ(a.log.back().mean_return, b.log.back().mean_return);
-  config.threads = 2;  // Threads share the work, never change the result.
-  EXPECT_EQ(AllParams(Train(env, config, 4096, 5).model), AllParams(a.model));
+  // Threads share the work (the gradients' shards and the 16 environments' steps: 3 split them
+  // unevenly, 0 is one per core), never change the result.
+  for (int threads : {2, 3, 0}) {
+    config.threads = threads;
+    EXPECT_EQ(AllParams(Train(env, config, 4096, 5).model), AllParams(a.model)) << threads << " threads";
+  }
   EXPECT_NE(AllParams(Train(env, SmallConfig(), 4096, 6).model), AllParams(a.model));
 }
 

@@ -78,6 +78,7 @@ void LearnOnline(rl::ActorCritic* policy, const std::vector<Transition>& steps, 
   config.minibatch_size = static_cast<int>(steps.size());
   config.num_envs = 1;
   config.num_steps = static_cast<int>(steps.size());
+  config.threads = 1;  // One small minibatch: starting threads would cost more than they save.
   rl::RolloutBuffer buffer(config.num_steps, 1, agent::kObservationSize, agent::kNumActions);
   const std::vector<uint8_t> no(1, 0);
   const Eigen::VectorXd zero = Eigen::VectorXd::Zero(1);

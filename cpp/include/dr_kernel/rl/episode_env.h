@@ -45,7 +45,8 @@ class EpisodeEnv {
   virtual EpisodeStep Step(int action) = 0;
 
   // A new, independent instance of the same environment (its state need not be copied: the trainer
-  // resets it before use).
+  // resets it before use). Independent also across threads: rl::Train steps the instances on
+  // several at once, so whatever they share must be only read.
   virtual std::unique_ptr<EpisodeEnv> Clone() const = 0;
 };
 

@@ -47,9 +47,10 @@ struct PpoConfig {
   double target_kl = 0.0;
   // Advantages are shifted and scaled to mean 0 and standard deviation 1 over each rollout.
   bool normalize_advantages = true;
-  // Threads for gradient computation. Each minibatch is split into the same fixed shards whatever
-  // the thread count and their gradients are summed in a fixed order, so results depend on the
-  // seed alone, never on this.
+  // Threads for gradient computation and, in rl::Train, for stepping the environments (0: one per
+  // core). Each minibatch is split into the same fixed shards whatever the thread count and their
+  // gradients are summed in a fixed order, and each environment steps on its own state, so results
+  // depend on the seed alone, never on this.
   int threads = 1;
 };
 
