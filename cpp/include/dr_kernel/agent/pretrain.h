@@ -36,7 +36,8 @@ struct PretrainReport {
   double bc_seconds = 0, ppo_seconds = 0;
 };
 
-// Trains a policy on the tasks. Deterministic in options.seed.
+// Trains a policy on the tasks. Deterministic in options.seed on one machine, whatever its cores;
+// not across CPUs, whose C libraries compute exp and log by different code paths.
 rl::ActorCritic Pretrain(std::shared_ptr<const std::vector<Task>> tasks, const PretrainOptions& options,
                          PretrainReport* report = nullptr,
                          const std::function<void(const rl::TrainLog&)>& on_update = nullptr);
