@@ -9,7 +9,7 @@ problem's median to --json.
 
     python benchmarks/lofo_options.py --agents /tmp/lofo_agents --json out.json refit=8 doubt_refit=4
     ONLY='matmul:"N": 1000,cumsum:bf16' python benchmarks/lofo_options.py ...   # a few problems only
-    python benchmarks/lofo_options.py --holdout problem --agents /tmp/lopo_agents climb_seen=0.5
+    python benchmarks/lofo_options.py --holdout problem --agents /tmp/lopo_agents refit=8 doubt_refit=4
 """
 
 import argparse
@@ -67,7 +67,6 @@ def main() -> None:
                       "worst": max(values), "s": time.time() - started}))
     if args.json:
         args.json.write_text(json.dumps(medians, indent=1))
-
 
 
 if __name__ == "__main__":

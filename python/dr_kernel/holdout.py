@@ -57,7 +57,6 @@ def use_agent_without(family: str, training: Sequence[Any], folder: Path, ppo_st
     _core.train_agent(others, ppo_steps, bc_episodes, synthetic, seed, str(policy), str(model))
 
 
-
 def use_agent_without_problem(index: int, training: Sequence[Any], folder: Path, ppo_steps: int = PPO_STEPS,
                               bc_episodes: int = BC_EPISODES, synthetic: int = SYNTHETIC, seed: int = 0) -> None:
     """Leave-one-problem-out's use_agent_without: the agent trained on every table of `training`
@@ -71,6 +70,7 @@ def use_agent_without_problem(index: int, training: Sequence[Any], folder: Path,
         _core.train_agent([t for j, t in enumerate(training) if j != index], ppo_steps, bc_episodes, synthetic, seed,
                           str(policy), str(model))
     _core.load_agent(str(policy), str(model))
+
 
 class MergedReport:
     """Replay reports of several calls as one (the interface of _core.ReplayReport that the
