@@ -1,6 +1,7 @@
 #include "dr_kernel/rl/train.h"
 
 #include <algorithm>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <stdexcept>
@@ -74,9 +75,29 @@ TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint6
   std::vector<int64_t> episode_length(num_envs, 0);
   for (int e = 0; e < num_envs; ++e) CopyObservation(envs[e]->Reset(rng.Next()), obs_size, e, &obs);
 
-  const size_t stepping_threads = std::min<size_t>(
+  // Each environment is its own state, so they step on `threads` threads at once; what depends on
+  // their order (rewards, resets, which draw from `rng`) runs after, in environment order, as if they
+  // had not. An exception in any is rethrown here, not left to end the process on its thread.
+  // (Their masks stay on this thread: computing them on the others too made training slower.)
+  const size_t env_threads = std::min<size_t>(
       envs.size(), config.threads > 0 ? static_cast<size_t>(config.threads)
                                       : std::max(1u, std::thread::hardware_concurrency()));
+  const auto for_each_env = [&](const auto& fn) {
+    std::vector<std::exception_ptr> errors(env_threads);
+    const auto some = [&](size_t worker) {
+      try {
+        for (size_t e = worker; e < envs.size(); e += env_threads) fn(e);
+      } catch (...) {
+        errors[worker] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> others;
+    for (size_t w = 1; w < env_threads; ++w) others.emplace_back(some, w);
+    some(0);
+    for (auto& thread : others) thread.join();
+    for (const auto& error : errors)
+      if (error) std::rethrow_exception(error);
+  };
   std::vector<EpisodeStep> stepped(envs.size());
   const int64_t per_update = static_cast<int64_t>(num_envs) * num_steps;
   const int64_t updates = (steps + per_update - 1) / per_update;
@@ -91,15 +112,7 @@ TrainResult Train(EpisodeEnv& env, const PpoConfig& config, int64_t steps, uint6
     for (int t = 0; t < num_steps; ++t) {
       for (int e = 0; e < num_envs; ++e) CopyMask(envs[e]->Mask(), num_actions, e, &mask);
       const ActResult act = model.Sample(obs, mask, rng);
-      // Each environment is its own state: they step on `threads` threads at once, and what follows
-      // (rewards, resets, which draw from `rng`) runs in environment order, as if they had not.
-      const auto step_some = [&](size_t worker) {
-        for (size_t e = worker; e < envs.size(); e += stepping_threads) stepped[e] = envs[e]->Step(act.actions[e]);
-      };
-      std::vector<std::thread> stepping;
-      for (size_t w = 1; w < stepping_threads; ++w) stepping.emplace_back(step_some, w);
-      step_some(0);
-      for (auto& thread : stepping) thread.join();
+      for_each_env([&](size_t e) { stepped[e] = envs[e]->Step(act.actions[e]); });
       bool any_truncated = false;
       for (int e = 0; e < num_envs; ++e) {
         const EpisodeStep& step = stepped[e];

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "dr_kernel/rl/grid_env.h"
@@ -194,6 +195,29 @@ class BrokenEnv : public EndlessEnv {
   int observation_size() const override { return 3; }
   std::unique_ptr<EpisodeEnv> Clone() const override { return std::make_unique<BrokenEnv>(); }
 };
+
+// A grid walk whose every instance fails on its fifth step.
+class FailingEnv : public GridWalkEnv {
+ public:
+  FailingEnv() : GridWalkEnv(LearningGrid()) {}
+  EpisodeStep Step(int action) override {
+    if (++steps_ == 5) throw std::runtime_error("the simulator failed");
+    return GridWalkEnv::Step(action);
+  }
+  std::unique_ptr<EpisodeEnv> Clone() const override { return std::make_unique<FailingEnv>(); }
+
+ private:
+  int steps_ = 0;
+};
+
+TEST(TrainTest, AnEnvironmentsFailureReachesTheCallerFromAnyThread) {
+  for (int threads : {1, 3}) {
+    FailingEnv env;
+    PpoConfig config = SmallConfig();
+    config.threads = threads;
+    EXPECT_THROW(Train(env, config, 4096, 1), std::runtime_error) << threads << " threads";
+  }
+}
 
 TEST(TrainTest, RejectsBadInputs) {
   BrokenEnv broken;
