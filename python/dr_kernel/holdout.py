@@ -43,18 +43,11 @@ def use_agent_without(family: str, training: Sequence[Any], folder: Path, ppo_st
     one the ppo strategy uses: loaded from `folder` when an earlier call saved it there
     (FAMILY.policy.bin, FAMILY.model.bin), else trained and saved. Benchmarks that replay the
     held-out agent under several settings train it once."""
-    from . import _core
-
-    policy, model = Path(folder) / f"{family}.policy.bin", Path(folder) / f"{family}.model.bin"
-    if policy.exists() and model.exists():
-        _core.load_agent(str(policy), str(model))
-        return
     others = [t for t in training if t.problem["family"] != family]
     if not others:
         raise ValueError(f"--holdout family: every training table is of family {family!r}, so an agent that has "
                          "not seen it has nothing to learn from; give tables of other families too")
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    _core.train_agent(others, ppo_steps, bc_episodes, synthetic, seed, str(policy), str(model))
+    _use_agent(family, others, folder, ppo_steps, bc_episodes, synthetic, seed)
 
 
 def use_agent_without_problem(index: int, training: Sequence[Any], folder: Path, ppo_steps: int = PPO_STEPS,
@@ -62,14 +55,22 @@ def use_agent_without_problem(index: int, training: Sequence[Any], folder: Path,
     """Leave-one-problem-out's use_agent_without: the agent trained on every table of `training`
     but the index-th, loaded from `folder` (problemINDEX.policy.bin, problemINDEX.model.bin) or
     trained and saved there."""
+    others = [t for j, t in enumerate(training) if j != index]
+    _use_agent(f"problem{index}", others, folder, ppo_steps, bc_episodes, synthetic, seed)
+
+
+def _use_agent(name: str, tables: Sequence[Any], folder: Path, ppo_steps: int, bc_episodes: int, synthetic: int,
+               seed: int) -> None:
+    """The agent NAME.policy.bin and NAME.model.bin in `folder` becomes the ppo strategy's: loaded
+    when there, else trained on `tables` and saved (training makes it the strategy's too)."""
     from . import _core
 
-    policy, model = Path(folder) / f"problem{index}.policy.bin", Path(folder) / f"problem{index}.model.bin"
-    if not (policy.exists() and model.exists()):
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        _core.train_agent([t for j, t in enumerate(training) if j != index], ppo_steps, bc_episodes, synthetic, seed,
-                          str(policy), str(model))
-    _core.load_agent(str(policy), str(model))
+    policy, model = Path(folder) / f"{name}.policy.bin", Path(folder) / f"{name}.model.bin"
+    if policy.exists() and model.exists():
+        _core.load_agent(str(policy), str(model))
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    _core.train_agent(tables, ppo_steps, bc_episodes, synthetic, seed, str(policy), str(model))
 
 
 class MergedReport:
