@@ -174,7 +174,10 @@ int main(int argc, char** argv) {
   }
   if (which_tables.empty()) which_tables = holdout == "family" ? "all" : "first";
   const std::string dir = DR_KERNEL_DATA_DIR;
-  std::vector<std::string> files = {dir + "/matmul.jsonl", dir + "/softmax.jsonl", dir + "/attention.jsonl"};
+  // "first": the 8 problems recorded first, matmul's 1024^3 and 16x4096x4096 as recorded again.
+  std::vector<std::string> files = {dir + "/matmul.jsonl", dir + "/matmul_1024x1024x1024_fp16.jsonl",
+                                    dir + "/matmul_16x4096x4096_fp16.jsonl", dir + "/softmax.jsonl",
+                                    dir + "/attention.jsonl"};
   if (which_tables == "all") {
     files.clear();
     for (const auto& entry : std::filesystem::directory_iterator(dir))

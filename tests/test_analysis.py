@@ -18,8 +18,11 @@ DATA = Path(__file__).resolve().parents[1] / "python" / "dr_kernel" / "data" / "
 
 
 def recorded(family: str, shape: dict, config: dict) -> dict:
-    """Returns the recorded measure row of one configuration of one problem."""
-    with open(DATA / f"{family}.jsonl") as handle:
+    """Returns the first recording's measure row of one configuration of one problem (matmul's in
+    tests/data: the package has two of its problems recorded again)."""
+    path = Path(__file__).parent / "data" / "matmul_first_recording.jsonl" if family == "matmul" \
+        else DATA / f"{family}.jsonl"
+    with open(path) as handle:
         for row in map(json.loads, handle):
             if row["type"] == "measure" and row["shape"] == shape and row["config"] == config:
                 return row

@@ -16,7 +16,7 @@ double At(const std::vector<double>& f, const char* name) { return f[FeatureInde
 // The recorded 4096^3 matmul row of data/README.md: BLOCK 128 x 256 x 64, GROUP_M 8, 8 warps,
 // 3 stages, 220 registers, no spills, 147,456 B of shared memory.
 TEST(FeaturesTest, RecordedMatmulRowMatchesHandComputedValues) {
-  const auto tables = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/matmul.jsonl"});
+  const auto tables = ReadTables({DR_KERNEL_FIRST_MATMUL});
   const TableRow* row = nullptr;
   const ProblemTable* table = nullptr;
   for (const auto& t : tables)
@@ -77,7 +77,7 @@ TEST(FeaturesTest, RecordedMatmulRowMatchesHandComputedValues) {
 }
 
 TEST(FeaturesTest, SharedMemoryEstimateMatchesEveryRecordedMatmulRow) {
-  const auto tables = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/matmul.jsonl"});
+  const auto tables = ReadTables({DR_KERNEL_FIRST_MATMUL});
   const FeatureExtractor fx;
   int checked = 0;
   for (const auto& t : tables)

@@ -20,7 +20,7 @@ std::shared_ptr<const CostModel> FittedModel() {
     o.time_trees.num_trees = 40;
     o.failure_trees.num_trees = 20;
     auto m = std::make_shared<CostModel>(o);
-    for (const auto& t : ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/matmul.jsonl"})) m->Add(t);
+    for (const auto& t : ReadTables({DR_KERNEL_FIRST_MATMUL})) m->Add(t);
     m->Fit();
     return m;
   }();

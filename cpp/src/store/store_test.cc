@@ -339,7 +339,7 @@ TEST_F(StoreTest, ImportingAFileTwiceStoresItsRowsOnce) {
 }
 
 TEST_F(StoreTest, ImportsWholeMatmulTableInOneTransaction) {
-  const auto original = ReadTables({DR_KERNEL_DATA_DIR "/matmul.jsonl"});
+  const auto original = ReadTables({DR_KERNEL_FIRST_MATMUL});
   ASSERT_EQ(original.size(), 4u);
   size_t rows = 0;
   for (const auto& t : original) rows += t.rows.size();

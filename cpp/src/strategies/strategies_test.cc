@@ -15,7 +15,7 @@ namespace {
 const std::vector<ProblemTable>& Tables() {
   static const auto tables = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/softmax.jsonl",
                                          std::string(DR_KERNEL_DATA_DIR) + "/attention.jsonl",
-                                         std::string(DR_KERNEL_DATA_DIR) + "/matmul.jsonl"});
+                                         std::string(DR_KERNEL_FIRST_MATMUL)});
   return tables;
 }
 
