@@ -68,8 +68,9 @@ def test_compare_gives_the_verdicts_of_torch(verdicts, dtype, scenario):
     assert changed and not unchanged
 
 
-def test_copy_bytes_and_an_empty_comparison(verdicts):
+def test_copy_bytes_flip_bytes_and_an_empty_comparison(verdicts):
     assert verdicts["copy"] is True
+    assert verdicts["flip"] is True  # Every bit inverted, as torch's bitwise_not inverts it.
     assert verdicts["empty"] == 0.0  # FlagGems' `all` divides by zero on this.
 
 
@@ -88,6 +89,9 @@ def _verdicts() -> dict:
     target = torch.empty_like(source)
     device_ops.copy_bytes(target, source)
     results["copy"] = bool(torch.equal(target, source))
+    flipped = source.clone()
+    device_ops.flip_bytes(flipped)
+    results["flip"] = bool(torch.equal(flipped, source.bitwise_not()))
     empty = torch.empty(0, dtype=torch.bfloat16)
     results["empty"] = device_ops.relative_difference(empty, empty, empty)
     return results
@@ -96,6 +100,7 @@ def _verdicts() -> dict:
 def test_every_kernel_compiles_for_the_h200(monkeypatch, tmp_path):
     from dr_kernel import device_ops
     from dr_kernel.analysis import analyse
+    from dr_kernel.launch import launch_source
     from test_launch import _StandInDriver
     from triton.runtime import driver
 
@@ -103,6 +108,9 @@ def test_every_kernel_compiles_for_the_h200(monkeypatch, tmp_path):
     monkeypatch.setattr(driver, "_active", _StandInDriver())
     sources = device_ops.warm_up_sources("cpu", {torch.bfloat16, torch.float32, torch.int64, torch.bool})
     assert len(sources) == 2 + 4  # Copy, reduce, and one comparison per dtype.
+    flip = launch_source(device_ops._flip, {"data": torch.empty(16, dtype=torch.uint8), "n": 16,
+                                            "BLOCK": device_ops._COPY_BLOCK})
+    sources.append(flip)  # Poisoning outputs: launched only where outputs held their result already.
     for source in sources:
         report = analyse(source)
         assert report.valid, report.reason

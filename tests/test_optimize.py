@@ -411,3 +411,36 @@ def test_a_kernel_of_a_script_travels_to_the_measuring_process_as_its_source(tmp
     # What cannot travel is named: here the heuristics between the tuner and @triton.jit.
     assert "isolate=True measures in another process" in result["refused"]
     assert "wrapped (Heuristics)" in result["refused"]
+
+
+HELD_SCRIPT = r"""
+import json, torch, triton
+import triton.language as tl
+from dr_kernel import optimize
+
+@optimize(max_evals=5, key=["n"], space={"BLOCK": [16, 32, 64, 128, 256]}, isolate=False, strategy="exhaustive")
+@triton.jit
+def double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    factor = 3.0 if BLOCK == 64 else 2.0  # One config computes something else.
+    tl.store(y_ptr + offs, factor * tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+x = torch.randn(500)
+y = 2 * x  # The output holds the result already, as a buffer reused for the same result does.
+double[lambda m: (triton.cdiv(500, m["BLOCK"]),)](x, y, 500)
+print(json.dumps({"statuses": {c["BLOCK"]: m["status"] for c, m, _ in double.history},
+                  "correct": bool(torch.equal(y, 2 * x))}))
+"""
+
+
+def test_an_output_that_already_holds_the_result_is_still_found_and_checked(tmp_path):
+    # No launch changes y, so the outputs are found by inverting each argument's bits in turn; the
+    # configs are then compared on inverted outputs, and the one that computes 3x is caught.
+    (tmp_path / "held.py").write_text(HELD_SCRIPT)
+    env = dict(os.environ, TRITON_INTERPRET="1", DR_KERNEL_DB=str(tmp_path / "results.db"),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "held.py"], capture_output=True, text=True, env=env, timeout=600,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"statuses": {"16": "ok", "32": "ok", "64": "wrong", "128": "ok", "256": "ok"}, "correct": True}

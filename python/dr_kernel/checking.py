@@ -112,6 +112,19 @@ def snapshot(tensor):
     return copy
 
 
+def poison(tensor) -> bool:
+    """Inverts every bit of a contiguous tensor's elements in place, so that each differs from
+    what it held (a launch that writes an element changes it, whatever it writes). False, doing
+    nothing, for a tensor that is not contiguous."""
+    if not tensor.is_contiguous():
+        return False
+    if uses_own_ops(tensor):
+        _ops().flip_bytes(_elements(tensor))
+    else:
+        _elements(tensor).bitwise_not_()
+    return True
+
+
 def uses_own_ops(tensor) -> bool:
     """Whether checking copies and compares `tensor` with device_ops.py's kernels: a CUDA tensor
     while a library has replaced some of PyTorch's operators (torch.library registrations over

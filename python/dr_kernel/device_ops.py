@@ -39,6 +39,13 @@ def _copy(dst, src, n, BLOCK: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["n"])
+def _flip(data, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(data + offsets, tl.load(data + offsets, mask=mask) ^ 0xFF, mask=mask)
+
+
+@triton.jit(do_not_specialize=["n"])
 def _compare(out, ref, pristine, partials, n, BITS: tl.constexpr, FLOAT: tl.constexpr, WIDE: tl.constexpr,
              BLOCK: tl.constexpr):
     # Over the elements `ref` changed from `pristine` (bit for bit): how many there are, how many
@@ -103,6 +110,14 @@ def copy_bytes(dst: Any, src: Any) -> None:
     n = dst.numel()
     if n:
         _copy[(triton.cdiv(n, _COPY_BLOCK),)](dst, src, n, BLOCK=_COPY_BLOCK)
+
+
+def flip_bytes(data: Any) -> None:
+    """Inverts every bit of `data` (a uint8 tensor) in place: each element then differs from what
+    it held, whatever a launch writes over it."""
+    n = data.numel()
+    if n:
+        _flip[(triton.cdiv(n, _COPY_BLOCK),)](data, n, BLOCK=_COPY_BLOCK)
 
 
 def compare(out: Any, ref: Any, pristine: Any) -> tuple[float, float, float, float, float]:
