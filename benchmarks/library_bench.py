@@ -1,7 +1,7 @@
 """First call and steady state of real libraries' autotuned ops: stock triton.autotune against
 dr_kernel's drop-in (install(), no edit of the library), on the GPU.
 
-    python3 benchmarks/library_bench.py --out DIR [--ops gems_layer_norm,...] [--modes floor,stock,dr,widen] [--warm]
+    python3 benchmarks/library_bench.py --out DIR [--ops gems_layer_norm,...] [--modes floor,stock,dr,defer] [--warm]
 
 Each (op, mode) runs in a fresh process with a fresh Triton cache and a fresh results store, so
 every first call compiles and tunes from nothing. Mode `floor` keeps only each list's first
@@ -10,7 +10,11 @@ one backward at an LLM shape (bf16, 8192 tokens). Per run: the first call's wall
 ready, synchronised), then the steady-state step (median of 50 timed steps after 10 warm-ups,
 CUDA events) and its GPU time (the summed durations of its kernels, profiler, median of 20
 steps), how many of the library's autotuned kernels dr_kernel took over and how many it handed
-back. Results: one JSON line per run in DIR/library_bench.jsonl, a table at the end.
+back. Mode `defer` is dr with install(defer=True): the first call launches each list's first
+config while the lists compile, and each key is tuned on a later call; after the first call the
+op's steps run (each synchronised) until no tuning is pending, and the row says how long that took
+(`settle_s`, `settle_steps`) and what those steps cost beyond as many steady ones (`pause_s`).
+Results: one JSON line per run in DIR/library_bench.jsonl, a table at the end.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import tempfile
 import time
 
 TOKENS, HIDDEN, VOCAB = 8192, 4096, 32000
+SETTLE_LIMIT_S = 120.0  # Mode defer: steps after the first call until no tuning is pending, at most this long,
+STUCK_S = 20.0  # or until the pending tunings have not changed for this long.
 
 
 def make_op(name: str):
@@ -157,7 +163,8 @@ def tuned_kernels() -> dict:
                              described=dict(obj.described), notes=obj.notes[:3],
                              split_s=obj.last_session.split_s if obj.last_session else None,
                              phases_s={k: round(v, 3) for k, v in obj.phases_s.items()},
-                             worker_s=_worker_phases(obj.compile_phases_s))
+                             worker_s=_worker_phases(obj.compile_phases_s),
+                             deferred_s=[round(s, 3) for s in getattr(obj, "deferred_s", [])])
             out[obj.base_fn.__name__] = entry
     return out
 
@@ -265,7 +272,7 @@ def child(op: str, mode: str, profile: bool = False, warm: bool = False) -> dict
     elif mode != "stock":
         import dr_kernel
 
-        dr_kernel.install(widen=mode == "widen")
+        dr_kernel.install(widen=mode == "widen", defer=mode == "defer")
     step = make_op(op)
     if warm:
         warm_process()
@@ -279,12 +286,32 @@ def child(op: str, mode: str, profile: bool = False, warm: bool = False) -> dict
     first = time.perf_counter() - start
     if profiler is not None:
         profiler.disable()
+    settling: list[float] = []
+    if mode == "defer":
+        import dr_kernel
+
+        settle_start = moved = time.perf_counter()
+        pending = dr_kernel.pending_tunings()
+        # A key the op launched on its first call only is never tuned: stop once nothing has
+        # changed for STUCK_S.
+        while pending and time.perf_counter() - settle_start < SETTLE_LIMIT_S and time.perf_counter() - moved < STUCK_S:
+            t = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            settling.append(time.perf_counter() - t)
+            if (now := dr_kernel.pending_tunings()) != pending:
+                pending, moved = now, time.perf_counter()
+        settle = {"settle_s": (moved if pending else time.perf_counter()) - settle_start,
+                  "settle_steps": len(settling), "slowest_settle_step_s": max(settling, default=0.0),
+                  "pending_left": [f"{name} {key}" for name, key in pending]}
     for _ in range(10):
         step()
     times = step_times(step)
     result = {"op": op, "mode": mode, "warm": warm, "first_s": first, "step_ms": statistics.median(times),
               "step_ms_p20_p80": statistics.quantiles(times, n=5)[::3], "gpu_ms": gpu_time_ms(step),
               "compiles_in_process": compiles, "kernels": tuned_kernels(), "children": len(child_processes())}
+    if mode == "defer":  # The settling steps' wall time beyond as many steady steps: the tunings' pauses.
+        result.update(settle, pause_s=sum(settling) - len(settling) * result["step_ms"] / 1e3)
     # The step's wall time is mostly Python (FlagGems' dispatch): timed again, for every mode, after
     # dr_kernel's worker processes are stopped (none in stock), to tell their cost from the noise.
     if mode not in ("stock", "floor"):
@@ -312,13 +339,19 @@ def child(op: str, mode: str, profile: bool = False, warm: bool = False) -> dict
     return result
 
 
+def _settled(row: dict) -> str:
+    if "settle_s" not in row:
+        return ""
+    return f"settled {row['settle_s']:.2f} s in {row['settle_steps']} steps, pauses {row['pause_s']:.2f} s "
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--ops", default="gems_layer_norm,gems_rms_norm,gems_softmax,gems_cross_entropy,"
                                    "fla_rms_norm,fla_layer_norm,fla_norm_gated,liger_dyt,liger_mlp,ao_int8_linear,"
                                    "ao_fp8_blockwise_linear,ao_fp8_blockwise_linear_triton")
-    p.add_argument("--modes", default="stock,dr,widen")
+    p.add_argument("--modes", default="stock,dr,widen", help="of floor, stock, dr, defer, widen")
     p.add_argument("--timeout", type=float, default=240)
     p.add_argument("--deadline", type=float, default=1e9, help="seconds after which no new run starts")
     p.add_argument("--profile", action="store_true", help="profile each first call (cProfile, in the rows)")
@@ -366,6 +399,7 @@ def main() -> int:
         print(f"{r['op']:20} {r['mode']:6} {r.get('first_s', float('nan')):8.2f} {r.get('step_ms', float('nan')):8.3f} "
               f"{r.get('step_ms_again', float('nan')):8.3f} {r.get('gpu_ms', float('nan')):8.3f} "
               f"{r.get('taken_over', ''):>5} {len(r.get('kept', [])) if 'kept' in r else '':>4} "
+              f"{_settled(r)}"
               f"{'ERR ' + r['error'][-120:] if 'error' in r else ''}")
     return 0
 

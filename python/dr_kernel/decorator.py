@@ -35,7 +35,7 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
              settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
              compile_timeout: float = 120.0, pre_hook: Callable | None = None, post_hook: Callable | None = None,
              prune_configs_by: Mapping | None = None, stop: str = "auto", verbose: bool | None = None,
-             tolerance: float | None = None, profile: bool | None = None):
+             tolerance: float | None = None, profile: bool | None = None, defer: bool = False):
     """Decorates a @triton.jit kernel so that its first call per key tunes it.
 
     ``space`` (a dict of value lists) or ``configs`` (a list of triton.Config) is the search space;
@@ -45,6 +45,11 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
     chance of being 5 % faster, by beliefs it trusts, and none of the best config's one-step
     neighbours is faster; or once the best has gained under 2 % in 24 measurements),
     ``stop="budget"`` uses the whole budget.
+    ``defer=True`` keeps the tuning off a key's first call: that call launches the cost model's
+    predicted config (with ``configs=``, the first listed) at once while the likeliest configs
+    compile in the background, and the key is tuned on its first later call that finds them
+    compiled (the GPU then measures as it would have on the first call). A key called only once is
+    never tuned. ``dr_kernel.pending_tunings()`` lists the keys still waiting.
     ``max_evals=0`` measures nothing: each key launches the config the cost model predicts fastest
     (zero wait; on kernel families it has not seen, 1.28x the best in the median).
     ``reference(**args)`` returns the correct outputs (in the order of ``outputs``, the names of
@@ -95,6 +100,6 @@ def optimize(max_evals: int = 100, key: Sequence[str] = (), space: Mapping | Non
                            prune_configs_by=prune_configs_by, reference=reference, outputs=outputs, db=db,
                            settings=settings, isolate=isolate, static_checks=static_checks,
                            compile_timeout=compile_timeout, first_config_is_reference=configs is not None,
-                           stop=stop, verbose=verbose, tolerance=tolerance, profile=profile)
+                           stop=stop, verbose=verbose, tolerance=tolerance, profile=profile, defer=defer)
 
     return decorator

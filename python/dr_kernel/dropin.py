@@ -66,7 +66,8 @@ class Autotuner(TunedKernel):
 def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
              post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=False, *,
              widen: bool = False, max_evals: int | None = None, strategy: str = "ppo", seed: int = 0,
-             db: str | None = None, max_seconds: float = math.inf, stop: str = "auto", isolate: bool | None = False):
+             db: str | None = None, max_seconds: float = math.inf, stop: str = "auto", isolate: bool | None = False,
+             defer: bool = False):
     """Decorator with triton.autotune's signature (Triton 3.6) that tunes with dr_kernel.
 
     Beyond Triton's arguments: ``widen`` searches past the list when every config can be checked
@@ -77,7 +78,9 @@ def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_va
     triton.autotune does (no measuring process to start: the first call is shorter, and a config
     that crashes the GPU context ends the program); None measures in a measuring process where the
     kernel can travel there (imported, or sent as its source) and has no hooks, else here; True
-    always there (an error where it cannot go).
+    always there (an error where it cannot go). ``defer=True``: a key's first call launches the
+    list's first config at once while the list compiles in the background, and the key is tuned
+    on its first later call that finds the list compiled (see @optimize).
     """
     bench = _do_bench(do_bench, warmup, rep, use_cuda_graph)
 
@@ -86,7 +89,7 @@ def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_va
                          reset_to_zero=reset_to_zero, restore_value=restore_value, pre_hook=pre_hook,
                          post_hook=post_hook, do_bench=bench, widen=widen, max_evals=max_evals, strategy=strategy,
                          seed=seed, db=db, max_seconds=max_seconds, isolate=isolate, first_config_is_reference=True,
-                         source="autotune", stop=stop)
+                         source="autotune", stop=stop, defer=defer)
 
     return decorator
 

@@ -31,6 +31,7 @@ import os
 import statistics
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,6 +94,11 @@ def measurable(report: StaticReport) -> bool:
 # (kernel, dtype, config) whose compile overran its deadline in this process: a tile that spills by
 # kilobytes keeps ptxas busy for minutes at every shape, and tune-many tunes many shapes of a kernel.
 _TIMED_OUT: dict[tuple[str, str, tuple], str] = {}
+# The stages open on each pool, and the answers one stage's poll received for another's tickets:
+# a pool serves every stage of the process (tuner.shared_compile_pool), and with deferred tuning
+# (tuner.py) several stages wait on it at once.
+_OPEN: weakref.WeakSet = weakref.WeakSet()
+_MAIL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class StaticStage:
@@ -123,13 +129,17 @@ class StaticStage:
         # for), or never guessed (a whole compile waited for).
         self.readiness = {"ready": 0, "compiling": 0, "cold": 0}
         self._adaptive: set[int] = set()  # Tickets given an adaptive deadline shorter than the pool's.
+        _OPEN.add(self)
 
     def close(self) -> None:
+        _OPEN.discard(self)
         if self.own_pool:
             self.pool.close()
             return
+        mail = _MAIL.get(self.pool, {})
         for ticket in list(self._keys):
             self.pool.cancel(ticket)
+            mail.pop(ticket, None)
         self._keys.clear()
         self._tickets.clear()
         self._guesses.clear()
@@ -177,6 +187,35 @@ class StaticStage:
         median = times[len(times) // 2]
         return min(self.pool.timeout_s, max(self.ADAPTIVE_FLOOR_S, self.ADAPTIVE_FACTOR * median))
 
+    def _poll(self, timeout: float | None) -> list[tuple[int, StaticReport]]:
+        """The pool's answers to this stage's tickets (waiting at most `timeout` seconds, None: until
+        one comes); answers to another open stage's tickets are kept for it, others dropped."""
+        mail = _MAIL.setdefault(self.pool, {})
+        mine = [(t, mail.pop(t)) for t in [t for t in mail if t in self._keys]]
+        if mine:
+            return mine
+        for ticket, report in self.pool.poll(timeout):
+            if ticket in self._keys:
+                mine.append((ticket, report))
+            elif any(ticket in s._keys for s in _OPEN if s.pool is self.pool):
+                mail[ticket] = report
+        return mine
+
+    def settled(self) -> bool:
+        """Whether every config queued (guessed or asked for) has its report; returns at once,
+        starting queued compiles on workers that are free (the pool dispatches only when polled)."""
+        self._take(self._poll(0))
+        return not any(key[:1] != ("compile_also",) for key in self._tickets)
+
+    def queue(self, configs: Sequence[dict]) -> None:
+        """Queues configs as needed (ahead of every guess) without waiting for them."""
+        for config in configs:
+            try:
+                self._submit(config, speculative=False)
+            except RuntimeError:
+                continue
+        self._take(self._poll(0))
+
     def _take(self, finished: list[tuple[int, StaticReport]]) -> None:
         known = not finished or self.deadline_s() is not None
         for ticket, report in finished:
@@ -213,7 +252,7 @@ class StaticStage:
             self.guess(then_guess)
         wanted = {_key(c) for c in configs} | self._also
         while not wanted <= self.reports.keys():
-            self._take(self.pool.poll(None))
+            self._take(self._poll(None))
         self._also.clear()
         return [self.reports[_key(c)] for c in configs]
 
@@ -247,7 +286,7 @@ class StaticStage:
             if self.pool.cancel(ticket):
                 del self._tickets[self._keys.pop(ticket)]
         self._guesses = collections.deque(t for t in self._guesses if t in self._keys)
-        self._take(self.pool.poll(0))
+        self._take(self._poll(0))
 
 
 @dataclass

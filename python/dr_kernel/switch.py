@@ -29,13 +29,15 @@ ENV_VARIABLE = "DR_KERNEL_AUTOTUNE"
 
 
 def install(*, widen: bool = False, max_evals: int | None = None, strategy: str = "ppo", db: str | None = None,
-            seed: int = 0, isolate: bool | None = False) -> None:
+            seed: int = 0, isolate: bool | None = False, defer: bool = False) -> None:
     """Replaces triton.autotune (triton.autotune, triton.runtime.autotune and
     triton.runtime.autotuner.autotune) with dr_kernel's, for kernels decorated from now on.
     `widen` also searches past each list where every config can be checked (see dr_kernel.autotune):
     off by default, since on the H200 it made first calls 2.4x stock's for 1.8 % of GPU time
     (docs/benchmarks.md). `isolate` as for dr_kernel.autotune: False measures in the program's
-    process, as triton.autotune does; None in a measuring process where the kernel can go."""
+    process, as triton.autotune does; None in a measuring process where the kernel can go.
+    `defer`: each key's first call launches its list's first config at once, and the key is tuned
+    on a later call, once its list has compiled in the background (see dr_kernel.autotune)."""
     import triton
     import triton.runtime
     import triton.runtime.autotuner as autotuner
@@ -44,7 +46,7 @@ def install(*, widen: bool = False, max_evals: int | None = None, strategy: str 
         if _STATE["original"] is None:
             _STATE["original"] = autotuner.autotune
         _STATE["options"] = {"widen": widen, "max_evals": max_evals, "strategy": strategy, "db": db, "seed": seed,
-                             "isolate": isolate}
+                             "isolate": isolate, "defer": defer}
         triton.autotune = triton.runtime.autotune = autotuner.autotune = _autotune
 
 
@@ -133,12 +135,13 @@ def requested(environ=os.environ) -> bool:
 def install_from_environment() -> None:
     """The start-up hook's call: install() when DR_KERNEL_AUTOTUNE is set to anything but 0/empty;
     words separated by commas choose: "widen" also searches past the lists ("narrow", the default,
-    is accepted too), "isolate" measures in a measuring process wherever a kernel can go there."""
+    is accepted too), "isolate" measures in a measuring process wherever a kernel can go there,
+    "defer" tunes each key on a later call than its first (install(defer=True))."""
     if not requested():
         return
     words = {w.strip() for w in os.environ.get(ENV_VARIABLE, "").strip().lower().split(",")}
     try:
-        install(widen="widen" in words, isolate=None if "isolate" in words else False)
+        install(widen="widen" in words, isolate=None if "isolate" in words else False, defer="defer" in words)
     except Exception as error:  # noqa: BLE001 -- a start-up hook must never stop the program.
         warnings.warn(f"dr_kernel: {ENV_VARIABLE} is set but dr_kernel could not be installed ({error}); "
                       "triton.autotune is unchanged", stacklevel=2)

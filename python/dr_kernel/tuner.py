@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -376,6 +377,40 @@ AUTO_STOP = {"stop": 0.2, "stop_gain": 0.05, "stop_local": 1, "stop_near": 0.01,
 STOP_RULES = ("auto", "budget")
 
 
+# ----- deferred tuning (defer=True) ---------------------------------------------------------------------
+
+# The kernels with keys whose tuning is deferred and has not run yet.
+_DEFERRING: weakref.WeakSet = weakref.WeakSet()
+
+
+@dataclass
+class _Deferred:
+    """A key whose tuning waits for its configs' compiles: its static stage, what the tuning will
+    need and the interim launch (TunedKernel._prepare)."""
+
+    stage: Any
+    store_key: str
+    device: str
+    candidates: list
+    started: float
+    ready: tuple | None = None
+
+    def advance(self) -> bool:
+        """Starts queued compiles on free workers (the pool dispatches only when polled); True
+        once every config has its report: the key is then tuned."""
+        return self.stage.settled()
+
+
+def _described_later(config: dict):
+    raise RuntimeError(f"config {config} is described to the compiler when its deferred tuning runs")
+
+
+def pending_tunings() -> list[tuple[str, tuple]]:
+    """(kernel name, key) of every deferred tuning not run yet: each runs on the first call of its
+    key that finds its configs compiled."""
+    return [(kernel.__name__, key) for kernel in list(_DEFERRING) for key in kernel.pending()]
+
+
 # ----- the compile pool every tuned kernel of the process shares ------------------------------------
 
 _POOL_LOCK = threading.Lock()
@@ -488,7 +523,8 @@ class TunedKernel(TritonAutotuner):
                  settings: MeasureSettings | None = None, isolate: bool | None = None, static_checks: bool = True,
                  compile_timeout: float = 120.0, do_bench: Callable | None = None, widen: bool = False,
                  first_config_is_reference: bool = False, source: str = "optimize", stop: str = "auto",
-                 verbose: bool | None = None, tolerance: float | None = None, profile: bool | None = None):
+                 verbose: bool | None = None, tolerance: float | None = None, profile: bool | None = None,
+                 defer: bool = False):
         self.fn = fn
         self.base_fn = fn
         while not inspect.isfunction(self.base_fn):
@@ -501,6 +537,11 @@ class TunedKernel(TritonAutotuner):
                              f"choose from {self.arg_names}")
         _check_limits(self.__name__, max_evals, max_seconds, strategy, seed, stop)
         self.stop = stop
+        # defer=True: a key's first call launches the list's first config (the cost model's pick in
+        # a space) at once while the configs compile in the pool; the key is tuned on a later call,
+        # the first to find them compiled (_Deferred).
+        self.defer = bool(defer)
+        self._deferred: dict[tuple, _Deferred] = {}
         self.keys = self.key = list(key)
         self.listed: list | None = list(configs) if configs is not None else None
         self.configs = self.listed or []  # triton.autotune's attribute.
@@ -567,6 +608,7 @@ class TunedKernel(TritonAutotuner):
         # the sessions themselves (their own split is in last_session.split_s) and the store.
         self.phases_s: collections.Counter = collections.Counter()
         self.compile_phases_s: list[dict] = []  # The last tuning's, one dict per compiled config.
+        self.deferred_s: list[float] = []  # Per deferred tuning: seconds from its first call to its tuning.
         if static_checks:
             from .compile_pool import start_warming
 
@@ -651,10 +693,22 @@ class TunedKernel(TritonAutotuner):
 
     def _prepare(self, key: tuple, chosen, args: tuple, kwargs: dict, all_args: dict) -> tuple:
         """The launch of `key` worked out once: its config (tuned now if it has none), the
-        config's launch arguments, its pre_hook and where its launches are counted."""
+        config's launch arguments, its pre_hook and where its launches are counted. A key whose
+        tuning is deferred gets its interim launch, worked out again on each call until it is tuned."""
         tuned_now = False
         if chosen is None:
-            chosen, tuned_now = self._choose(args, kwargs, key)
+            deferred = self._deferred.get(key)
+            if deferred is not None:
+                if not deferred.advance():
+                    return deferred.ready
+                chosen, tuned_now = self._tune_deferred(key, deferred, args, kwargs), True
+            else:
+                chosen, tuned_now = self._choose(args, kwargs, key, allow_defer=self.defer)
+            if tuned_now is None:  # Deferred: the interim config launches, and the key stays untuned.
+                launch = chosen.all_kwargs() if hasattr(chosen, "all_kwargs") else dict(chosen)
+                ready = (chosen, launch, getattr(chosen, "pre_hook", None), self._store_keys.get(key))
+                self._deferred[key].ready = ready
+                return ready
             self.cache[key] = chosen
         launch = chosen.all_kwargs() if hasattr(chosen, "all_kwargs") else dict(chosen)
         if tuned_now:
@@ -717,7 +771,9 @@ class TunedKernel(TritonAutotuner):
         hooks = {getattr(c, "pre_hook", None) for c in self.listed or ()}
         return hooks.pop() if len(hooks) == 1 else None
 
-    def _choose(self, args: tuple, kwargs: dict, key: tuple):
+    def _choose(self, args: tuple, kwargs: dict, key: tuple, allow_defer: bool = False):
+        """(config, whether it was tuned now), or (config, None) when the tuning is deferred and
+        the config is the interim one."""
         nargs = dict(zip(self.arg_names, args, strict=False))
         candidates = self._candidates(nargs, kwargs)
         if len(candidates) == 1 and self.listed is not None:
@@ -736,9 +792,91 @@ class TunedKernel(TritonAutotuner):
         retune = hot.retune_budget(store_key) if stored is not None else None
         if stored is not None and retune is None:
             return self._to_config(stored[0]), False
+        if allow_defer and retune is None:
+            wrapper = self._wrapper_above()
+            if wrapper is not None:
+                self._note(f"{self.__name__}: key {key} tuned on its first call, not deferred: {wrapper} wraps this "
+                           "kernel, and a wrapper may keep the first launch's config without calling it again "
+                           "(FlagGems' LibEntry does)")
+            else:
+                interim = self._defer(nargs, kwargs, key, device, store_key, candidates)
+                if interim is not None:
+                    return self._to_config(interim), None
         config = self._tune(nargs, kwargs, key, device, store_key, candidates,
                             retune=(retune, dict(stored[0])) if retune is not None else None)
         return self._to_config(config), True
+
+    def _defer(self, nargs: dict, kwargs: dict, key: tuple, device: str, store_key: str,
+               candidates: list[dict]) -> dict | None:
+        """Starts a deferred tuning of `key`: queues its configs' compiles and returns the interim
+        config, or None (tune now) when the configs cannot be described to the compiler."""
+        stage = self._static_stage(nargs, kwargs)
+        if stage is None:
+            return None
+        if candidates:
+            order = candidates
+        else:  # A space: the cost model's likeliest configs compile ahead, its best launches meanwhile.
+            from . import _core
+
+            order = [dict(c) for c in _core.predicted_order(self._problem(nargs, kwargs, device), self.space,
+                                                            min(WHOLE_LIST, self.space.count_valid()))]
+        interim = order[0]
+        stage.max_guesses = max(stage.max_guesses, len(order))
+        stage.queue([interim])
+        self._compile_checks_ahead(stage, nargs)
+        stage.guess(order[1:])
+        # Describing holds this call's tensors: the tuning describes its own call's (_tune_deferred).
+        stage.describe = _described_later
+        self._deferred[key] = _Deferred(stage=stage, store_key=store_key, device=device, candidates=candidates,
+                                        started=time.perf_counter())
+        _DEFERRING.add(self)
+        return interim
+
+    def _wrapper_above(self) -> str | None:
+        """The type name of an object on this call's stack that launched this kernel through its
+        `.fn` (directly or through @triton.heuristics) and is not Triton's Heuristics, or None."""
+        from triton.runtime.autotuner import Heuristics
+
+        below, frame = self, sys._getframe(1)
+        for _ in range(64):
+            if frame is None:
+                break
+            caller = frame.f_locals.get("self")
+            if caller is not None and caller is not below and getattr(caller, "fn", None) is below:
+                if not isinstance(caller, Heuristics):
+                    return type(caller).__name__
+                below = caller
+            frame = frame.f_back
+        return None
+
+    def _tune_deferred(self, key: tuple, deferred: _Deferred, args: tuple, kwargs: dict):
+        """Tunes a deferred key on this call's arguments, its configs compiled (or compiling)."""
+        nargs = dict(zip(self.arg_names, args, strict=False))
+        del self._deferred[key]
+        if not self._deferred:
+            _DEFERRING.discard(self)
+        self.deferred_s.append(time.perf_counter() - deferred.started)
+        try:
+            # This call's arguments describe the configs not compiled yet (widen, a space's beyond the guesses).
+            describe = self._static_stage(nargs, kwargs, describer_only=True)
+            if describe is not None:
+                deferred.stage.describe = describe
+            config = self._tune(nargs, kwargs, key, deferred.device, deferred.store_key, deferred.candidates,
+                                stage=deferred.stage)
+        finally:
+            deferred.stage.close()
+        return self._to_config(config)
+
+    def pending(self) -> list[tuple]:
+        """The keys whose deferred tuning has not run yet (defer=True)."""
+        return list(self._deferred)
+
+    def _problem(self, nargs: dict, kwargs: dict, device: str) -> dict:
+        values = {**nargs, **kwargs}
+        shape = {k: values[k] for k in self.key
+                 if isinstance(values.get(k), (int, float)) and not isinstance(values.get(k), bool)}
+        dtype = next((str(v.dtype).replace("torch.", "") for v in nargs.values() if is_tensor(v)), "")
+        return {"family": self._family(), "shape": shape, "device": device, "dtype": dtype}
 
     def _predicted(self, nargs: dict, kwargs: dict, candidates: list[dict], device: str) -> dict:
         """Zero-wait (max_evals=0): the config the cost model predicts fastest for this call, not
@@ -747,12 +885,7 @@ class TunedKernel(TritonAutotuner):
         from . import _core
 
         space = self.space if self.listed is None else make_space(configs=candidates)
-        values = {**nargs, **kwargs}
-        shape = {k: values[k] for k in self.key
-                 if isinstance(values.get(k), (int, float)) and not isinstance(values.get(k), bool)}
-        dtype = next((str(v.dtype).replace("torch.", "") for v in nargs.values() if is_tensor(v)), "")
-        problem = {"family": self._family(), "shape": shape, "device": device, "dtype": dtype}
-        (config,) = _core.predicted_order(problem, space, 1)
+        (config,) = _core.predicted_order(self._problem(nargs, kwargs, device), space, 1)
         self.notes.append(f"{self.__name__}: max_evals=0: launched the cost model's predicted config {config}, "
                           "unmeasured")
         return dict(config)
@@ -821,10 +954,11 @@ class TunedKernel(TritonAutotuner):
             inner = inner.fn
         return values
 
-    def _static_stage(self, nargs: dict, kwargs: dict | None = None):
+    def _static_stage(self, nargs: dict, kwargs: dict | None = None, describer_only: bool = False):
         """A StaticStage that compiles this kernel's configs for the call's device in the shared
         compile pool, or None (with one warning per kernel) when the kernel or its arguments
-        cannot be described to the compiler: then every config is measured unvetted."""
+        cannot be described to the compiler: then every config is measured unvetted.
+        `describer_only`: only the function that describes a config of this call to the compiler."""
         from .analysis import H200, LauncherSource, device_limits
         from .compile_pool import CompileRequest, function_reference, jit_function
         from .kernels.base import Pointer, specialise
@@ -888,6 +1022,8 @@ class TunedKernel(TritonAutotuner):
             except Exception as error:  # noqa: BLE001 -- the session turns the static checks off, and measures.
                 raise RuntimeError(f"config {config} cannot be described to the compiler ({error})") from error
 
+        if describer_only:
+            return describe
         stage = StaticStage(shared_compile_pool(self.compile_timeout), describe, own_pool=False)
         if launcher[0] is not None:
             # The C launcher every config's launch needs, built while the configs compile rather
@@ -970,9 +1106,10 @@ class TunedKernel(TritonAutotuner):
         return self.strategy, max(WHOLE_LIST, math.ceil(len(candidates) / 2))
 
     def _tune(self, nargs: dict, kwargs: dict, key: tuple, device: str, store_key: str,
-              candidates: list[dict], retune: tuple[int, dict] | None = None) -> dict:
+              candidates: list[dict], retune: tuple[int, dict] | None = None, stage=None) -> dict:
         """Tunes one key and stores its winner. `retune` = (budget, the stored winner): tune again
-        with that budget, all of it used, the stored winner measured first (hot.py)."""
+        with that budget, all of it used, the stored winner measured first (hot.py). `stage`: the
+        static stage a deferred tuning queued its compiles in (else one is made here)."""
         from .session import run_session
 
         started = time.perf_counter()
@@ -991,11 +1128,13 @@ class TunedKernel(TritonAutotuner):
             return tuple(g) if isinstance(g, (tuple, list)) else (g,)
 
         phase = time.perf_counter()
-        stage = self._static_stage(nargs, kwargs)
+        if stage is None:
+            stage = self._static_stage(nargs, kwargs)
+            if stage is not None:
+                self._compile_checks_ahead(stage, nargs)
+                stage.guess(candidates)  # Every listed config compiles in parallel from now on.
+                phase = self._phase("describe", phase)
         if stage is not None:
-            self._compile_checks_ahead(stage, nargs)
-            stage.guess(candidates)  # Every listed config compiles in parallel from now on.
-            phase = self._phase("describe", phase)
             if reference_configs:
                 try:
                     stage.reports_for(reference_configs[:1])  # The reference launch then loads it from the cache.
