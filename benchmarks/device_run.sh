@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
@@ -96,6 +96,10 @@ for step in "$@"; do
       timeout -k 10 240 python3 benchmarks/worker_start_probe.py --out "$work/worker_start.json" > "$work/worker_start.log" 2>&1
       echo "workerstart: rc $? after $(elapsed) s"; tail -c 3000 "$work/worker_start.log"
       pack ;;
+    defer)  # Deferred tuning end to end: a space's kernel, a list's, and outputs that already hold the result.
+      DR_KERNEL_DB="$work/defer.db" PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 300 python3 benchmarks/defer_gpu.py \
+        > "$work/defer.json" 2> "$work/defer.log"
+      echo "defer: rc $? after $(elapsed) s"; cat "$work/defer.json"; tail -3 "$work/defer.log" ;;
     faults)  # Issue 9: an illegal address, a hung kernel and NaN in one tuning; then a second process.
       mkdir -p "$work/faults"
       for run in 1 2; do
