@@ -4,6 +4,7 @@
 
 #include "dr_kernel/agent/agent.h"
 #include "dr_kernel/env.h"
+#include "first_tables.h"
 
 namespace dr_kernel {
 namespace {
@@ -13,8 +14,9 @@ struct Fixture {
   std::shared_ptr<agent::Agent> agent;
   Fixture() {
     const std::string dir = DR_KERNEL_DATA_DIR;
-    tables = ReadTables({dir + "/matmul.jsonl", dir + "/matmul_1024x1024x1024_fp16.jsonl",
-                         dir + "/matmul_16x4096x4096_fp16.jsonl", dir + "/softmax.jsonl", dir + "/attention.jsonl"});
+    auto files = FirstMatmulFiles(dir);
+    files.insert(files.end(), {dir + "/softmax.jsonl", dir + "/attention.jsonl"});
+    tables = ReadTables(files);
     agent::TrainOptions options;
     options.pretrain.bc_episodes = 100;
     options.pretrain.ppo_steps = 0;

@@ -39,6 +39,7 @@
 #include "dr_kernel/agent/agent.h"
 #include "dr_kernel/replay.h"
 #include "dr_kernel/strategy.h"
+#include "first_tables.h"
 #include <nlohmann/json.hpp>
 
 using namespace dr_kernel;
@@ -175,9 +176,8 @@ int main(int argc, char** argv) {
   if (which_tables.empty()) which_tables = holdout == "family" ? "all" : "first";
   const std::string dir = DR_KERNEL_DATA_DIR;
   // "first": the 8 problems recorded first, matmul's 1024^3 and 16x4096x4096 as recorded again.
-  std::vector<std::string> files = {dir + "/matmul.jsonl", dir + "/matmul_1024x1024x1024_fp16.jsonl",
-                                    dir + "/matmul_16x4096x4096_fp16.jsonl", dir + "/softmax.jsonl",
-                                    dir + "/attention.jsonl"};
+  std::vector<std::string> files = FirstMatmulFiles(dir);
+  files.insert(files.end(), {dir + "/softmax.jsonl", dir + "/attention.jsonl"});
   if (which_tables == "all") {
     files.clear();
     for (const auto& entry : std::filesystem::directory_iterator(dir))

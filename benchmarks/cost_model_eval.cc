@@ -17,6 +17,7 @@
 #include "dr_kernel/model/cost_model.h"
 #include "dr_kernel/model/evaluation.h"
 #include "dr_kernel/table.h"
+#include "first_tables.h"
 
 namespace {
 
@@ -260,11 +261,10 @@ int main(int argc, char** argv) {
 
   std::vector<ProblemTable> tables;
   try {
-    // The first 8 problems: matmul's 1024^3 and 16x4096x4096 as recorded again (the first recording
-    // of those two could not rank its best configs; benchmarks/agent.md).
-    tables = dr_kernel::ReadTables({dir + "/matmul.jsonl", dir + "/matmul_1024x1024x1024_fp16.jsonl",
-                                    dir + "/matmul_16x4096x4096_fp16.jsonl", dir + "/attention.jsonl",
-                                    dir + "/softmax.jsonl"});
+    // The first 8 problems (first_tables.h).
+    auto files = FirstMatmulFiles(dir);
+    files.insert(files.end(), {dir + "/attention.jsonl", dir + "/softmax.jsonl"});
+    tables = dr_kernel::ReadTables(files);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -5,6 +5,7 @@
 
 #include "dr_kernel/replay.h"
 #include "dr_kernel/strategy.h"
+#include "first_tables.h"
 
 namespace dr_kernel {
 namespace {
@@ -12,8 +13,7 @@ namespace {
 // The four matmul tables: two first recorded, two recorded again.
 const std::vector<ProblemTable>& Tables() {
   const std::string dir = DR_KERNEL_DATA_DIR;
-  static const auto tables = ReadTables({dir + "/matmul.jsonl", dir + "/matmul_1024x1024x1024_fp16.jsonl",
-                                         dir + "/matmul_16x4096x4096_fp16.jsonl"});
+  static const auto tables = ReadTables(FirstMatmulFiles(dir));
   return tables;
 }
 

@@ -395,11 +395,6 @@ class _Deferred:
     started: float
     ready: tuple | None = None
 
-    def advance(self) -> bool:
-        """Starts queued compiles on free workers (the pool dispatches only when polled); True
-        once every config has its report: the key is then tuned."""
-        return self.stage.settled()
-
 
 def _described_later(config: dict):
     raise RuntimeError(f"config {config} is described to the compiler when its deferred tuning runs")
@@ -699,7 +694,7 @@ class TunedKernel(TritonAutotuner):
         if chosen is None:
             deferred = self._deferred.get(key)
             if deferred is not None:
-                if not deferred.advance():
+                if not deferred.stage.settled():  # (Which also starts queued compiles on free workers.)
                     return deferred.ready
                 chosen, tuned_now = self._tune_deferred(key, deferred, args, kwargs), True
             else:
