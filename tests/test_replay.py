@@ -102,6 +102,30 @@ def test_replay_json_has_the_published_schema_and_is_deterministic(recorded_path
     assert run_cli(*args).stdout == out.stdout
 
 
+def test_replay_trace_lists_each_runs_measurements_and_agrees_with_its_figures(table_paths, capsys):
+    softmax = [p for p in table_paths if p.name == "softmax_4096x4096_bf16.jsonl"]
+    args = ["replay", "--data", *map(str, softmax), "--strategy", "anneal", "--budget", "30", "--repeats", "3",
+            "--seed", "4"]
+    assert main([*args, "--json", "--trace"]) == 0
+    problem = json.loads(capsys.readouterr().out)["problems"][0]
+    traces = problem["traces"]
+    assert len(traces) == 3 and all(len(run) == 30 for run in traces)
+    for run, reached in zip(traces, problem["evals_to_within"]["runs"], strict=True):
+        assert len({json.dumps(step["config"], sort_keys=True) for step in run}) == 30  # each config once
+        over = [step["over_best"] if step["status"] == "ok" else math.inf for step in run]
+        assert all(o >= 1.0 for o in over)
+        # The run came within 1.05x of the best at the first measurement that did.
+        first = next((i + 1 for i, o in enumerate(over) if o <= 1.05), 31)
+        assert first == reached
+    # Without --trace the report is the one it always was; as text, every run is listed in order.
+    assert main([*args, "--json"]) == 0
+    assert "traces" not in json.loads(capsys.readouterr().out)["problems"][0]
+    assert main([*args, "--trace"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("anneal, softmax rows=4096 cols=4096, run ") == 3
+    assert "run 2 (seed 6):" in text and "\n    30 " in text
+
+
 def test_replay_plot_and_table(tmp_path, capsys):
     png = tmp_path / "r.png"
     assert main(["replay", "--budget", "30", "--repeats", "3", "--plot", str(png)]) == 0

@@ -385,12 +385,12 @@ NB_MODULE(_core, m) {
       });
 
   m.def("replay", [](const std::vector<ProblemTable>& tables, const std::string& strategy, int64_t budget, int repeats,
-                     double within, uint64_t seed, const std::map<std::string, double>& options) {
-        ReplaySettings s{strategy, budget, repeats, within, seed, options, {}};
+                     double within, uint64_t seed, const std::map<std::string, double>& options, bool trace) {
+        ReplaySettings s{strategy, budget, repeats, within, seed, options, {}, trace};
         nb::gil_scoped_release release;  // Pure C++ from here; lets a notebook stay responsive.
         return Replay(tables, s);
       }, nb::arg("tables"), nb::arg("strategy"), nb::arg("budget"), nb::arg("repeats"), nb::arg("within"),
-      nb::arg("seed"), nb::arg("options") = std::map<std::string, double>{});
+      nb::arg("seed"), nb::arg("options") = std::map<std::string, double>{}, nb::arg("trace") = false);
 
   // A tuning session whose measurements come from Python: measure(list of config dicts) returns a
   // list of (measurement dict, cost seconds); on_trial(config, measurement, elapsed_s) sees each one.

@@ -89,7 +89,7 @@ class MergedReport:
 def replay_held_out(tables: Sequence[Any], strategy: str, budget: int, repeats: int, within: float, seed: int,
                     options: Mapping[str, float], *, training: Sequence[Any] | None = None,
                     ppo_steps: int = PPO_STEPS, bc_episodes: int = BC_EPISODES, synthetic: int = SYNTHETIC,
-                    progress: Callable[[str], None] | None = None) -> MergedReport:
+                    progress: Callable[[str], None] | None = None, trace: bool = False) -> MergedReport:
     """Replays `strategy` (one that uses the trained agent) on `tables`, each family's problems
     with an agent trained on `training` (default: `tables`) without any table of that family.
     Raises ValueError when a family leaves too little to train on."""
@@ -106,7 +106,7 @@ def replay_held_out(tables: Sequence[Any], strategy: str, budget: int, repeats: 
                     progress(f"{strategy}: training an agent without {family} ({others} tables)")
                 use_agent_without(family, training, Path(folder), ppo_steps, bc_episodes, synthetic, seed)
                 held = [t for t in tables if t.problem["family"] == family]
-                reports.append(_core.replay(held, strategy, budget, repeats, within, seed, dict(options)))
+                reports.append(_core.replay(held, strategy, budget, repeats, within, seed, dict(options), trace))
     finally:
         if POLICY_FILE.exists():
             _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))

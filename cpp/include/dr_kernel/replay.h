@@ -21,10 +21,19 @@ struct ReplaySettings {
   uint64_t seed = 0;     // Run r of every problem uses seed + r.
   std::map<std::string, double> options;
   ReplayCost cost;
+  bool trace = false;  // Keep every run's measurements in order (ProblemReport::traces).
 };
 
 struct Quantiles {
   double median = 0, p25 = 0, p75 = 0;
+};
+
+// One measurement of a traced run: the config, how it ended, and its time over the table's best
+// (+inf when it did not run).
+struct TraceStep {
+  NamedValues config;
+  Status status = Status::kInvalid;
+  double over_best = kInf;
 };
 
 struct ProblemReport {
@@ -40,6 +49,7 @@ struct ProblemReport {
   Quantiles evaluations_used;
   double final_over_oracle = kInf;
   std::vector<double> median_curve;            // Median best-so-far / oracle after 1..budget evaluations.
+  std::vector<std::vector<TraceStep>> traces;  // Per run, with ReplaySettings::trace only.
 };
 
 struct ReplayReport {

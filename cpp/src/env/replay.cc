@@ -45,7 +45,11 @@ ReplayReport Replay(const std::vector<ProblemTable>& tables, const ReplaySetting
       double best = kInf;
       int64_t reached = budget + 1;
       double reached_s = kInf;
+      if (settings.trace) pr.traces.emplace_back();
       for (const auto& trial : evaluator.history()) {
+        if (settings.trace)
+          pr.traces.back().push_back({env.space().Named(trial.config), trial.measurement.status,
+                                      trial.measurement.objective() / pr.oracle_ms});
         best = std::min(best, trial.measurement.objective());
         curve.push_back(best / pr.oracle_ms);
         if (reached > budget && std::isfinite(best) && best <= target) {  // Nothing ran: never.
@@ -109,7 +113,21 @@ std::string ReplayReport::ToJson() const {
     out += "},\"tuning_s_to_within\":" + Number(p.tuning_s_to_within) +
            ",\"evaluations_used\":{\"median\":" + Number(p.evaluations_used.median) +
            ",\"p25\":" + Number(p.evaluations_used.p25) + ",\"p75\":" + Number(p.evaluations_used.p75) +
-           "},\"final_over_oracle\":" + Number(p.final_over_oracle) + "}";
+           "},\"final_over_oracle\":" + Number(p.final_over_oracle);
+    if (settings.trace) {
+      out += ",\"traces\":[";
+      for (size_t r = 0; r < p.traces.size(); ++r) {
+        out += r ? ",[" : "[";
+        for (size_t k = 0; k < p.traces[r].size(); ++k) {
+          const auto& step = p.traces[r][k];
+          out += (k ? ",{\"config\":" : "{\"config\":") + ToJson(step.config) + ",\"status\":" +
+                 ToJson(Value(std::string(ToString(step.status)))) + ",\"over_best\":" + Number(step.over_best) + "}";
+        }
+        out += "]";
+      }
+      out += "]";
+    }
+    out += "}";
   }
   return out + "]}";
 }

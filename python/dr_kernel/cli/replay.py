@@ -69,10 +69,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 from ..holdout import replay_held_out
 
                 reports[name] = replay_held_out(replayed, name, args.budget, args.repeats, args.within, args.seed,
-                                                options, progress=say)
+                                                options, progress=say, trace=args.trace)
             else:
                 reports[name] = _core.replay(replayed, name, args.budget, args.repeats, args.within, args.seed,
-                                             options)
+                                             options, args.trace)
             bar.update(1)
     finally:
         bar.close()
@@ -88,6 +88,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 print(reports[name].to_json())
     else:
         _print_replay(reports, args)
+        if args.trace:
+            _print_traces(reports)
         for name in strategies:
             if name not in agent_strategies:
                 continue
@@ -141,6 +143,27 @@ def _print_replay(reports: dict, args: argparse.Namespace) -> None:
             print(f"{label:<52} {name:<11} {evals:>16} {best} {_fmt(p['tuning_s_to_within'], 1):>8}")
 
 
+def _print_traces(reports: dict) -> None:
+    """Every run's measurements in order: time over the table's best (or how it failed) and config."""
+    for name, report in reports.items():
+        for p in json.loads(report.to_json())["problems"]:
+            label = p["family"] + " " + " ".join(f"{k}={v}" for k, v in p["shape"].items())
+            for run, steps in enumerate(p.get("traces", [])):
+                print(f"\n{name}, {label}, run {run} (seed {report_seed(report) + run}):")
+                best = math.inf
+                for i, step in enumerate(steps, 1):
+                    over = step["over_best"]
+                    shown = f"{over:.3f}" if over is not None else step["status"]
+                    mark = " *" if over is not None and over < best else "  "
+                    best = min(best, over) if over is not None else best
+                    config = " ".join(f"{k}={v}" for k, v in step["config"].items())
+                    print(f"  {i:4d} {shown:>18}{mark} {config}")
+
+
+def report_seed(report) -> int:
+    return int(json.loads(report.to_json())["seed"])
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("replay", help="replay search strategies over recorded tuning tables")
     p.add_argument("--data", nargs="+", type=Path,
@@ -153,6 +176,9 @@ def add_parser(sub) -> None:
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="a strategy option")
     p.add_argument("--json", action="store_true", help="print one JSON object per strategy")
     p.add_argument("--plot", type=Path, help="write a PNG of best-so-far / best against evaluations")
+    p.add_argument("--trace", action="store_true",
+                   help="also show every run's measurements in order (time over the table's best, * a new best; "
+                        "with --json, a 'traces' list per problem)")
     p.add_argument("--holdout", choices=["none", "family"], default="none",
                    help="family: replay the agent on each family with an agent trained (shipped recipe, about 40 s "
                         "per family on 2 cores) on the other families only; none (default): only on tables the "
