@@ -259,7 +259,29 @@ double Walk::GainChance(double gain) const {
   return most;
 }
 
-std::vector<Config> Walk::UncheckedNeighbours(double near, size_t top) const {
+std::optional<Config> Walk::RidgeStep(const Config& from, size_t param, int delta) const {
+  auto moved = space_.Move(from, param, delta);
+  if (!moved) return std::nullopt;
+  if (space_.IsValid(*moved)) return moved;
+  std::optional<Config> best;
+  double best_mean = kInf;
+  for (size_t q = 0; q < space_.num_params(); ++q) {
+    if (q == param) continue;
+    for (int e : {-1, 1}) {
+      auto repaired = space_.Move(*moved, q, e);
+      if (!repaired || !space_.IsValid(*repaired)) continue;
+      double mean = 0;
+      Beliefs(space_.Index(*repaired), space_.Encode(*repaired), &mean, nullptr, nullptr);
+      if (mean < best_mean) {
+        best_mean = mean;
+        best = std::move(repaired);
+      }
+    }
+  }
+  return best;
+}
+
+std::vector<Config> Walk::UncheckedNeighbours(double near, size_t top, bool ridge) const {
   double best = kInf;
   for (const auto& [index, result] : measured_)
     if (result.ok) best = std::min(best, result.log_ms);
@@ -280,7 +302,13 @@ std::vector<Config> Walk::UncheckedNeighbours(double near, size_t top) const {
   std::vector<std::pair<double, Config>> unchecked;
   std::unordered_set<uint64_t> seen;
   for (uint64_t incumbent : incumbents) {
-    for (Config& c : space_.Neighbours(space_.FromIndex(incumbent))) {
+    const Config from = space_.FromIndex(incumbent);
+    std::vector<Config> steps;
+    for (size_t p = 0; p < space_.num_params(); ++p)
+      for (int delta : {-1, 1})
+        if (auto c = ridge ? RidgeStep(from, p, delta) : space_.Move(from, p, delta); c && space_.IsValid(*c))
+          steps.push_back(std::move(*c));
+    for (Config& c : steps) {
       const uint64_t index = space_.Index(c);
       if (measured_.count(index) || !seen.insert(index).second || Covered(c)) continue;
       double mean = 0, p_fail = 0;

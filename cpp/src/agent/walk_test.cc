@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <set>
 
@@ -344,6 +345,68 @@ TEST(WalkInertTest, AParameterWhoseChangesTimeTheSameBinaryIsNotMeasuredAgain) {
   s.Record(next, slower);
   EXPECT_FALSE(s.Inert(stages));
   EXPECT_FALSE(s.Covered(SoftmaxAt(t, 4096, 8, 4)));
+}
+
+// The recorded cumsum: BLOCK_ROWS * BLOCK_COLS must lie within 2 to 32 elements a thread.
+const Truth& Cumsum() {
+  static const Truth truth = [] {
+    Truth t{ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/cumsum.jsonl"})[1], Space{}, {}, {}};
+    t.space = TableSpace(t.table);
+    t.log_ms.assign(t.space.product_size(), 0.0);
+    t.ok.assign(t.space.product_size(), 0);
+    for (const auto& row : t.table.rows) {
+      const uint64_t i = t.space.Index(*t.space.Find(row.config));
+      if (row.measurement.ok()) {
+        t.log_ms[i] = std::log(row.measurement.ms);
+        t.ok[i] = 1;
+      }
+    }
+    return t;
+  }();
+  return truth;
+}
+
+TEST(WalkRidgeTest, AStepThatBreaksAConstraintFollowsItsRidgeToTheMostPromisingValidConfig) {
+  const Truth& t = Cumsum();
+  ASSERT_FALSE(t.space.constraints().empty()) << t.table.problem.Label();
+  const Prior prior = PriorOf(t, 1, 0.2, 5);
+  Walk s(t.space, prior, {}, 100, {}, 1);
+  const size_t rows = ParamIndex(t.space, "BLOCK_ROWS"), cols = ParamIndex(t.space, "BLOCK_COLS"),
+               warps = ParamIndex(t.space, "num_warps");
+  auto at = [&](int r, int c, int w) {
+    const auto config = t.space.Find({{"BLOCK_ROWS", Value(int64_t{r})}, {"BLOCK_COLS", Value(int64_t{c})},
+                                      {"num_warps", Value(int64_t{w})}});
+    EXPECT_TRUE(config.has_value()) << r << " " << c << " " << w;
+    return *config;
+  };
+  const Config full = at(4, 256, 1);  // 32 elements a thread: the most a thread may hold.
+  ASSERT_TRUE(t.space.IsValid(full));
+  // Wider columns alone would be 64 a thread: the step also moves one other parameter one step,
+  // to the valid config the walk believes fastest.
+  ASSERT_FALSE(t.space.IsValid(*t.space.Move(full, cols, 1)));
+  const auto wider = s.RidgeStep(full, cols, 1);
+  ASSERT_TRUE(wider.has_value());
+  EXPECT_TRUE(t.space.IsValid(*wider));
+  EXPECT_EQ((*wider)[cols], full[cols] + 1);
+  int moved = 0;
+  for (size_t p = 0; p < full.size(); ++p)
+    if (p != cols) moved += std::abs((*wider)[p] - full[p]);
+  EXPECT_EQ(moved, 1);
+  for (const Config& other : {at(2, 512, 1), at(4, 512, 2)}) {
+    ASSERT_TRUE(t.space.IsValid(other));
+    EXPECT_LE(s.Predict(*wider), s.Predict(other));
+  }
+  // A step the constraints allow is the step itself; one past the end of a range is none.
+  EXPECT_EQ(s.RidgeStep(full, warps, 1), t.space.Move(full, warps, 1));
+  EXPECT_FALSE(s.RidgeStep(at(1, 256, 1), rows, -1).has_value());
+  // Unchecked neighbours hold the ridge step only when asked for it.
+  s.TakeMeasured(Move{full, true}, MeasurementOf(t, full));
+  const auto plain = s.UncheckedNeighbours();
+  const auto ridge = s.UncheckedNeighbours(0, 0, true);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), *wider), 0);
+  EXPECT_EQ(std::count(ridge.begin(), ridge.end(), *wider), 1);
+  for (const Config& c : plain) EXPECT_EQ(std::count(ridge.begin(), ridge.end(), c), 1);
+  EXPECT_GT(ridge.size(), plain.size());
 }
 
 TEST(WalkSeedTest, TheSeedChangesUncertainJumpsAndOnlyTheSeed) {

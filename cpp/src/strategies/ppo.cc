@@ -17,17 +17,22 @@ namespace dr_kernel {
 
 namespace {
 
-// When `after` is `before` with one parameter moved one step, the config one more step that way
-// (nullopt otherwise, or out of range).
-std::optional<Config> StepAgain(const Space& space, const Config& before, const Config& after) {
-  int moved = -1;
+// When `after` is `before` with one parameter moved one step (with `ridge`, or two parameters: a
+// step along a ridge of the constraints), the config one more such step away (nullopt otherwise,
+// or out of range).
+std::optional<Config> StepAgain(const Space& space, const Config& before, const Config& after, bool ridge) {
+  Config again = after;
+  int moved = 0;
   for (size_t p = 0; p < after.size(); ++p) {
-    if (after[p] == before[p]) continue;
-    if (moved >= 0 || std::abs(after[p] - before[p]) != 1) return std::nullopt;
-    moved = static_cast<int>(p);
+    const int delta = after[p] - before[p];
+    if (delta == 0) continue;
+    if (std::abs(delta) != 1 || ++moved > (ridge ? 2 : 1)) return std::nullopt;
+    auto next = space.Move(again, p, delta);
+    if (!next) return std::nullopt;
+    again = std::move(*next);
   }
-  if (moved < 0) return std::nullopt;
-  return space.Move(after, static_cast<size_t>(moved), after[moved] - before[moved]);
+  if (moved == 0) return std::nullopt;
+  return again;
 }
 
 // One decision of a walker, kept when the policy learns online.
@@ -190,6 +195,9 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   const bool unseen = prior->trust < agent::kSeenFamilyTrust;
   // With climb_ahead, a climb step that made one parameter one step better is tried again first.
   const bool climb_ahead = options.Get("climb_ahead") > 0;
+  // With climb_ridge, a neighbour the constraints forbid is replaced by the most promising valid
+  // config that also moves one other parameter one step (Walk::RidgeStep).
+  const bool climb_ridge = options.Get("climb_ridge") > 0;
   std::optional<Config> best_before;  // The best config before the last round's measurements.
   for (;;) {
     std::vector<std::pair<int, agent::Move>> proposals;
@@ -197,9 +205,9 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     std::unordered_set<uint64_t> chosen;
     std::vector<Config> batch;
     if (climb > 0 && unseen && evaluator.evals() >= climb) {
-      auto unchecked = walks[0].UncheckedNeighbours();
+      auto unchecked = walks[0].UncheckedNeighbours(0, 0, climb_ridge);
       if (climb_ahead && best_before && evaluator.best() != nullptr) {
-        if (auto ahead = StepAgain(space, *best_before, evaluator.best()->config)) {
+        if (auto ahead = StepAgain(space, *best_before, evaluator.best()->config, climb_ridge)) {
           auto it = std::find(unchecked.begin(), unchecked.end(), *ahead);
           if (it != unchecked.end()) std::rotate(unchecked.begin(), it, it + 1);
         }
@@ -371,6 +379,10 @@ StrategyInfo PpoStrategy() {
            {"stop_patience_gain", "the gain, as a fraction, that stop_patience waits for", 0.02},
            {"climb_ahead", "1: in the climb, after a step that made one parameter one step better, the same step "
                            "again comes first (0: off; benchmarks/agent.md)", 1},
+           {"climb_ridge", "1: in the climb, a neighbour that breaks the space's constraints is replaced by the most "
+                           "promising valid config that also moves one other parameter one step (a block that may grow "
+                           "only with its warps grows with them), and such a step that paid is taken again first "
+                           "with climb_ahead (0: off; benchmarks/agent.md)", 1},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
                      "the policy acts, so that it moves on from local optima (0: never; benchmarks/agent.md)", 2},

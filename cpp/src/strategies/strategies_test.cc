@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "dr_kernel/agent/agent.h"
@@ -316,6 +317,64 @@ TEST(PpoTest, WithClimbAheadAStepThatPaidIsTakenAgainFirst) {
     if (!(other.history()[i].config == plain.history()[i].config))
       return ::testing::AssertionFailure() << "measurement " << i + 1 << " differs from the plain session's";
   return ::testing::AssertionSuccess();
+}
+
+TEST(PpoTest, WithClimbRidgeTheClimbFollowsTheConstraintsWhereAOneStepMoveBreaksThem) {
+  // cumsum 8192x4096: BLOCK_ROWS * BLOCK_COLS within 2 to 32 elements a thread, so from a config at
+  // the limit, wider blocks are valid only with more warps (or fewer rows). With climb_ridge the
+  // climb measures such two-parameter steps from its best config; without, only a jump does.
+  EnsureAgent();
+  ProblemTable cumsum = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/cumsum.jsonl"})[1];
+  ASSERT_FALSE(cumsum.constraints.empty());
+  cumsum.problem.family = "unseen " + cumsum.problem.family;
+  auto ridge_steps = [&](double ridge, uint64_t seed) {
+    ReplayEnv env(cumsum);
+    Evaluator session(env, Budget{10});  // The climb's measurements, for the most part.
+    RunStrategy("ppo", session, seed, {{"climb", 2}, {"climb_ridge", ridge}, {"doubt", 0}});
+    const Space& space = env.space();
+    const auto& history = session.history();
+    int steps = 0;
+    size_t best = 0;
+    for (size_t i = 1; i < history.size(); ++i) {
+      const Config& from = history[best].config;
+      const Config& to = history[i].config;
+      std::vector<size_t> moved;
+      bool one_step = true;
+      for (size_t p = 0; p < to.size(); ++p) {
+        if (to[p] == from[p]) continue;
+        moved.push_back(p);
+        one_step &= std::abs(to[p] - from[p]) == 1;
+      }
+      // Two parameters one step each, where moving either alone breaks a constraint.
+      if (moved.size() == 2 && one_step) {
+        const auto first = space.Move(from, moved[0], to[moved[0]] - from[moved[0]]);
+        const auto second = space.Move(from, moved[1], to[moved[1]] - from[moved[1]]);
+        steps += !space.IsValid(*first) || !space.IsValid(*second);
+      }
+      if (history[i].measurement.objective() < history[best].measurement.objective()) best = i;
+    }
+    return steps;
+  };
+  int with = 0, without = 0;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    with += ridge_steps(1, seed);
+    without += ridge_steps(0, seed);  // Jumps to the prior's best untried config may land there too.
+  }
+  std::printf("ridge steps in 10 sessions of 10: %d with climb_ridge, %d without\n", with, without);
+  EXPECT_GE(with, without + 10);
+
+  // Where every one-step move is valid (the recorded softmax, attention, matmul) nothing changes.
+  for (size_t t : {0u, 4u, 7u}) {
+    ProblemTable unseen = Tables()[t];
+    unseen.problem.family = "unseen " + unseen.problem.family;
+    ReplayEnv ridge_env(unseen), plain_env(unseen);
+    Evaluator ridge(ridge_env, Budget{30}), plain(plain_env, Budget{30});
+    RunStrategy("ppo", ridge, 5, {{"climb_ridge", 1}});
+    RunStrategy("ppo", plain, 5, {{"climb_ridge", 0}});
+    ASSERT_EQ(ridge.evals(), plain.evals());
+    for (int64_t i = 0; i < ridge.evals(); ++i)
+      EXPECT_EQ(ridge.history()[i].config, plain.history()[i].config) << unseen.problem.Label();
+  }
 }
 
 TEST(PpoTest, StoppingOnALocalOptimumMeasuresTheBestConfigsNeighboursBeforeEnding) {

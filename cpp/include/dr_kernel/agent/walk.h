@@ -140,6 +140,13 @@ class Walk {
   // taken afresh against it. `prior` must outlive the walk.
   void Rebase(const Prior& prior);
 
+  // Where moving parameter `param` of `from` one step (`delta` = -1 or +1) leads when the step may
+  // follow a ridge of the space's constraints: the config one step away when the constraints allow
+  // it; otherwise, of the configs that also move one other parameter one step either way and satisfy
+  // them, the one believed fastest (a block that may grow only with the warps that hold it grows
+  // with them); nullopt when the value is at the end of its range or no such config is valid.
+  std::optional<Config> RidgeStep(const Config& from, size_t param, int delta) const;
+
   // The config kJump would measure now, or nullopt when every config is measured.
   std::optional<Config> JumpTarget() const;
   // Believed log time of a config: the prior corrected by the residuals measured so far (their
@@ -163,7 +170,8 @@ class Walk {
   // config within that log-ratio of the incumbent's time counts as an incumbent too: on a GPU two
   // configs a fraction of a percent apart are a tie that timing noise decided. With `top` > 0,
   // only the `top` fastest of those incumbents count (ties in time by index).
-  std::vector<Config> UncheckedNeighbours(double near = 0, size_t top = 0) const;
+  // With `ridge`, a neighbour that breaks a constraint is replaced by its RidgeStep.
+  std::vector<Config> UncheckedNeighbours(double near = 0, size_t top = 0, bool ridge = false) const;
 
   // Spearman rank correlation between predictions made just before measuring and the measured
   // times, over the ok measurements (0 with fewer than TrustConfig::min_pairs of them).
