@@ -239,7 +239,11 @@ def run_problem(name: str, args, store) -> dict:
         print(f"  triton.autotune: {len(configs)} configs in {at_wall:.1f} s", flush=True)
 
     # (a) the dr_kernel sessions, one per stop rule, each from a cold cache of its own.
+    from dr_kernel import _core
     from dr_kernel.tuner import stop_options
+
+    def strategy_defaults(strategy: str) -> dict:
+        return {name: default for name, _, default in {s[0]: s for s in _core.strategies()}[strategy][2]}
 
     space = make_space({k: v[:2] for k, v in kernel.space.items()}) if smoke else None
     sessions = {}
@@ -257,6 +261,9 @@ def run_problem(name: str, args, store) -> dict:
         loads = [m["load_s"] for _, m, _ in session.history if m["status"] == "ok" and m["load_s"] == m["load_s"]]
         result["dr_kernel" if stop == "auto" else f"dr_kernel_{stop}"] = {
             "strategy": args.strategy, "stop": stop, "in_process": args.in_process, "max_evals": evals,
+            # Every option of the strategy as this session ran it (defaults change between versions;
+            # session_replay.py replays a session with the options it ran with).
+            "options": {**strategy_defaults(args.strategy), **options},
             "spare_head_start_s": head_start,
             "evaluations": session.evaluations,
             "measured": session.measured, "refused": session.refused, "copied": session.copied,

@@ -14,7 +14,10 @@ such a session is reported as having left it at that evaluation, not given an in
 unless --fill names runs whose sessions measured the config (their time is then used, and the
 row says how many times were filled in; a filled time is another session's, on another machine).
 Per problem: evaluations recorded and replayed, the best time of each, replayed over recorded
-(the noisy single measurements the strategy saw, not the confirmation re-timing).
+(the noisy single measurements the strategy saw, not the confirmation re-timing). A session is
+replayed with the strategy options it ran with: rows record them since the eighth session of
+2026-12-04; older rows ran before `jump_draws` and `climb_ridge` existed, whose defaults changed
+then, and replay with those two off (LEGACY_OPTIONS).
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+
+
+# The options whose defaults changed since the first recorded sessions, as those sessions ran.
+LEGACY_OPTIONS = {"jump_draws": 1.0, "climb_ridge": 0.0}
 
 
 class LeftThePath(Exception):
@@ -103,9 +110,13 @@ def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict], fill:
             out.append((m, 0.0))
         return out
 
+    # The options the session ran with, less its stop rule's: the replay's stop rule replaces those.
+    stop_rule = stop_options("auto", session["strategy"])
+    ran_with = {k: v for k, v in session.get("options", LEGACY_OPTIONS).items() if k not in stop_rule}
+    ran_with.update(stop_options(stop, session["strategy"]))
     try:
         result = run_session(problem, space, measure, strategy=session["strategy"], max_evals=session["max_evals"],
-                             options={**stop_options(stop, session["strategy"]), **options})
+                             options={**ran_with, **options})
     except LeftThePath as left:
         return {"left_at": left.args[0]}
     ok = [m["ms"] for _, m, _ in result.history if m["status"] == "ok"]

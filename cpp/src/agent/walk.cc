@@ -338,14 +338,22 @@ std::optional<Config> Walk::JumpTarget() const {
     // Random search over the untried configs, avoiding those the prior expects to fail for a while
     // (resource limits carry across families better than times do).
     const uint64_t left = order.size() - order_start_;
-    for (int draw = 0; draw < 4 * kAvoidFailDraws; ++draw) {
+    double best_mean = kInf;
+    int drawn = 0;
+    for (int draw = 0; draw < 4 * kAvoidFailDraws && drawn < random_draws_; ++draw) {
       const uint64_t i = order[order_start_ + rng_.Below(left)];
       if (measured_.count(i) || (draw < kAvoidFailDraws && PFail(space_.FromIndex(i)) > 0.5) ||
           Covered(space_.FromIndex(i)))
         continue;
-      jump_ = space_.FromIndex(i);
-      return jump_;
+      ++drawn;
+      double mean = 0;
+      if (random_draws_ > 1) Beliefs(i, space_.Encode(space_.FromIndex(i)), &mean, nullptr, nullptr);
+      if (!jump_ || mean < best_mean) {
+        best_mean = mean;
+        jump_ = space_.FromIndex(i);
+      }
     }
+    if (jump_) return jump_;
   }
   std::optional<Config> best;
   double best_score = kInf;

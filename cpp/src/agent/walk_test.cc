@@ -155,6 +155,49 @@ TEST(WalkTrustTest, LowTrustTurnsJumpsIntoRandomSearchOverUntriedConfigs) {
   EXPECT_GT(share_outside_top(mirrored), 0.4);
 }
 
+TEST(WalkTrustTest, RandomJumpsDrawingSeveralConfigsMeasureTheOneBelievedFastest) {
+  // Trust held at 0 (the measured correlation never counts): every jump after the first is random.
+  // Drawing one config a jump is uniform search; drawing six and measuring the one the beliefs rank
+  // first still spreads over the space, but leans towards the fast configs the beliefs know of.
+  const Truth& t = Softmax();
+  Prior prior = PriorOf(t, 1, 0.2, 2);
+  prior.trust = 0;
+  auto jumps = [&](int draws) {
+    Walk s(t.space, prior, {}, 100, {}, 3, TrustConfig{4, 1000});
+    s.SetRandomJumpDraws(draws);
+    EXPECT_EQ(s.random_jump_probability(), 1.0);
+    std::vector<double> log_ms;
+    std::set<uint64_t> seen;
+    for (int i = 0; i < 25; ++i) {
+      const auto move = s.Resolve(kJump);
+      EXPECT_TRUE(move && move->measure && !s.Measured(move->config));
+      if (i > 0) log_ms.push_back(t.log_ms[t.space.Index(move->config)]);
+      seen.insert(t.space.Index(move->config));
+      s.TakeMeasured(*move, MeasurementOf(t, move->config));
+    }
+    EXPECT_EQ(seen.size(), 25u);
+    std::sort(log_ms.begin(), log_ms.end());
+    return log_ms;
+  };
+  const auto uniform = jumps(1), leaning = jumps(6);
+  const std::set<uint64_t> top(prior.order.begin(), prior.order.begin() + 24);
+  // The median jump of six draws is faster than the median uniform jump...
+  EXPECT_LT(leaning[leaning.size() / 2], uniform[uniform.size() / 2] - 0.1);
+  // ...and the jumps are still a random spread, not the prior's first 24 in its order.
+  Walk s(t.space, prior, {}, 100, {}, 3, TrustConfig{4, 1000});
+  s.SetRandomJumpDraws(6);
+  int outside = 0;
+  for (int i = 0; i < 24; ++i) {
+    const auto move = s.Resolve(kJump);
+    ASSERT_TRUE(move.has_value());
+    outside += top.count(t.space.Index(move->config)) == 0;
+    s.TakeMeasured(*move, MeasurementOf(t, move->config));
+  }
+  std::printf("median jump log ms: %.3f uniform, %.3f with six draws; %d of 24 outside the prior's top 24\n",
+              uniform[uniform.size() / 2], leaning[leaning.size() / 2], outside);
+  EXPECT_GE(outside, 6);
+}
+
 TEST(WalkGainTest, TheChanceOfAGainFallsAsTheBestIsFoundAndStaysHighWhileItIsNot) {
   // With a good prior, the walk's first jumps find the table's best: little is left to gain. With
   // a mirrored prior, what it measured is far from the best and its residuals say its beliefs are

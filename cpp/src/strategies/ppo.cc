@@ -136,6 +136,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   for (int w = 0; w < walkers; ++w) {
     walks.emplace_back(space, *prior, features, planned, agent::RewardConfig{}, rng.Next());
     walks.back().DetectInert(static_cast<int>(options.Int("inert")));
+    walks.back().SetRandomJumpDraws(static_cast<int>(options.Int("jump_draws")));
   }
   double epsilon = options.Get("epsilon");
   const double decay = options.Get("decay");
@@ -379,6 +380,9 @@ StrategyInfo PpoStrategy() {
            {"stop_patience_gain", "the gain, as a fraction, that stop_patience waits for", 0.02},
            {"climb_ahead", "1: in the climb, after a step that made one parameter one step better, the same step "
                            "again comes first (0: off; benchmarks/agent.md)", 1},
+           {"jump_draws", "a random jump (taken with probability (1 - trust)^2) draws this many untried configs "
+                          "uniformly and measures the one the walk believes fastest (1: uniform random search; "
+                          "benchmarks/agent.md)", 6},
            {"climb_ridge", "1: in the climb, a neighbour that breaks the space's constraints is replaced by the most "
                            "promising valid config that also moves one other parameter one step (a block that may grow "
                            "only with its warps grows with them), and such a step that paid is taken again first "

@@ -6,6 +6,7 @@
 #ifndef DR_KERNEL_AGENT_WALK_H_
 #define DR_KERNEL_AGENT_WALK_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -103,7 +104,8 @@ struct StepReward {
 // measuring it (Predict) with what it measured: the Spearman rank correlation over those pairs
 // says how well its beliefs rank this problem's configs. Trust is that correlation (negative
 // counts as 0) shrunk towards the prior's own trust by `shrink` pseudo-pairs. With trust t, a jump
-// measures a uniformly random unmeasured config with probability (1 - t)^2, and otherwise the most
+// measures a uniformly random unmeasured config with probability (1 - t)^2 (or the one believed
+// fastest of several such draws: Walk::SetRandomJumpDraws), and otherwise the most
 // promising one by a Thompson-style draw (the predicted log time plus a quarter of its uncertainty times a
 // standard normal) among the prior's first untried choices and as many drawn from the whole untried
 // space (the corrected beliefs may rank those best); the first jump of a walk measures the
@@ -182,6 +184,10 @@ class Walk {
   double random_jump_probability() const;
   int ranked_pairs() const { return static_cast<int>(pair_predicted_.size()); }
 
+  // A random jump draws this many untried configs uniformly and measures the one believed fastest
+  // (1: uniform random search; more leans the search towards what the measurements suggest).
+  void SetRandomJumpDraws(int draws) { random_draws_ = std::max(1, draws); }
+
   // Turns on inert parameters (off by default, as in simulated training): a parameter is inert
   // once at least `pairs` pairs of ok configs that differ only in it measured exactly the same time
   // (the session copies the result of a config whose binary is one measured before, and so does a
@@ -231,6 +237,7 @@ class Walk {
   // different times (see Inert); and the ok configs measured, for Covered.
   std::vector<int> same_pairs_, differing_pairs_;
   int inert_pairs_ = 0;
+  int random_draws_ = 1;
   std::vector<uint8_t> inert_;  // Inert(p) by parameter, as of the last measurement.
   bool any_inert_ = false;
   void UpdateInert();
