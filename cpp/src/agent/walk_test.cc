@@ -23,21 +23,24 @@ struct Truth {
   std::vector<uint8_t> ok;
 };
 
-const Truth& Softmax() {
-  static const Truth truth = [] {
-    Truth t{ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/softmax_2048x16384_fp16.jsonl"})[0], Space{}, {}, {}};
-    t.space = TableSpace(t.table);
-    t.log_ms.assign(t.space.product_size(), 0.0);
-    t.ok.assign(t.space.product_size(), 0);
-    for (const auto& row : t.table.rows) {
-      const uint64_t i = t.space.Index(*t.space.Find(row.config));
-      if (row.measurement.ok()) {
-        t.log_ms[i] = std::log(row.measurement.ms);
-        t.ok[i] = 1;
-      }
+// Problem `index` of a bundled table file, its space and true times.
+Truth LoadTruth(const std::string& file, size_t index) {
+  Truth t{ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/" + file})[index], Space{}, {}, {}};
+  t.space = TableSpace(t.table);
+  t.log_ms.assign(t.space.product_size(), 0.0);
+  t.ok.assign(t.space.product_size(), 0);
+  for (const auto& row : t.table.rows) {
+    const uint64_t i = t.space.Index(*t.space.Find(row.config));
+    if (row.measurement.ok()) {
+      t.log_ms[i] = std::log(row.measurement.ms);
+      t.ok[i] = 1;
     }
-    return t;
-  }();
+  }
+  return t;
+}
+
+const Truth& Softmax() {
+  static const Truth truth = LoadTruth("softmax_2048x16384_fp16.jsonl", 0);
   return truth;
 }
 
@@ -392,20 +395,7 @@ TEST(WalkInertTest, AParameterWhoseChangesTimeTheSameBinaryIsNotMeasuredAgain) {
 
 // The recorded cumsum: BLOCK_ROWS * BLOCK_COLS must lie within 2 to 32 elements a thread.
 const Truth& Cumsum() {
-  static const Truth truth = [] {
-    Truth t{ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/cumsum.jsonl"})[1], Space{}, {}, {}};
-    t.space = TableSpace(t.table);
-    t.log_ms.assign(t.space.product_size(), 0.0);
-    t.ok.assign(t.space.product_size(), 0);
-    for (const auto& row : t.table.rows) {
-      const uint64_t i = t.space.Index(*t.space.Find(row.config));
-      if (row.measurement.ok()) {
-        t.log_ms[i] = std::log(row.measurement.ms);
-        t.ok[i] = 1;
-      }
-    }
-    return t;
-  }();
+  static const Truth truth = LoadTruth("cumsum.jsonl", 1);  // 8192 x 4096 bf16.
   return truth;
 }
 
