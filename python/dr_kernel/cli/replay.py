@@ -149,7 +149,7 @@ def _print_traces(reports: dict) -> None:
         for p in json.loads(report.to_json())["problems"]:
             label = p["family"] + " " + " ".join(f"{k}={v}" for k, v in p["shape"].items())
             for run, steps in enumerate(p.get("traces", [])):
-                print(f"\n{name}, {label}, run {run} (seed {report_seed(report) + run}):")
+                print(f"\n{name}, {label}, run {run} (seed {_report_seed(report) + run}):")
                 best = math.inf
                 for i, step in enumerate(steps, 1):
                     over = step["over_best"]
@@ -160,7 +160,7 @@ def _print_traces(reports: dict) -> None:
                     print(f"  {i:4d} {shown:>18}{mark} {config}")
 
 
-def report_seed(report) -> int:
+def _report_seed(report) -> int:
     return int(json.loads(report.to_json())["seed"])
 
 
