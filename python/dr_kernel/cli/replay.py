@@ -146,10 +146,11 @@ def _print_replay(reports: dict, args: argparse.Namespace) -> None:
 def _print_traces(reports: dict) -> None:
     """Every run's measurements in order: time over the table's best (or how it failed) and config."""
     for name, report in reports.items():
-        for p in json.loads(report.to_json())["problems"]:
+        data = json.loads(report.to_json())
+        for p in data["problems"]:
             label = p["family"] + " " + " ".join(f"{k}={v}" for k, v in p["shape"].items())
             for run, steps in enumerate(p.get("traces", [])):
-                print(f"\n{name}, {label}, run {run} (seed {_report_seed(report) + run}):")
+                print(f"\n{name}, {label}, run {run} (seed {data['seed'] + run}):")
                 best = math.inf
                 for i, step in enumerate(steps, 1):
                     over = step["over_best"]
@@ -158,10 +159,6 @@ def _print_traces(reports: dict) -> None:
                     best = min(best, over) if over is not None else best
                     config = " ".join(f"{k}={v}" for k, v in step["config"].items())
                     print(f"  {i:4d} {shown:>18}{mark} {config}")
-
-
-def _report_seed(report) -> int:
-    return int(json.loads(report.to_json())["seed"])
 
 
 def add_parser(sub) -> None:
