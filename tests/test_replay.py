@@ -53,6 +53,46 @@ def test_every_strategy_tunes_through_a_python_benchmarker(tables, strategy):
     assert len(first) == 25
 
 
+def test_ppo_asks_what_compiling_told_of_the_neighbours_and_never_measures_one_that_failed(tables):
+    # The session's compile stage answers for the configs it has compiled (here: the recorded
+    # table's compile verdicts, a config over the H200's shared memory refused).
+    deep = next(t for t in tables if t.problem["family"] == "matmul" and t.problem["shape"]["N"] == 1000)
+    space, measure, _ = table_env(deep)
+    rows = {tuple(sorted(c.items())): m for c, m in deep.rows()}
+    static_failures = {"out_of_resources", "compile_error", "compile_timeout"}
+
+    def run(options):
+        asked, refused, measured = [], set(), []
+
+        def observe(config):
+            asked.append((config, len(measured)))
+            m = rows.get(tuple(sorted(config.items())))
+            if m is None:
+                return None  # Not compiled yet.
+            if m["status"] in static_failures:
+                refused.add(tuple(sorted(config.items())))
+                return {"status": m["status"]}
+            return {"status": "ok", "shared": m["shared"]}
+
+        def measure_and_note(batch):
+            # Refused before it was proposed: the strategy was told it fails.
+            measured.extend((c, tuple(sorted(c.items())) in refused) for c in batch)
+            return measure(batch)
+
+        _core.tune(deep.problem, space, measure_and_note, "ppo", max_evals=40, max_seconds=math.inf, seed=0,
+                   options=options, observe=observe)
+        return asked, measured
+
+    asked, measured = run({})
+    assert len(measured) == 40 and asked
+    # Asked about one-step neighbours of configs measured before, and nothing it was told fails
+    # to compile was measured after.
+    for config, before in asked:
+        assert any(config in space.neighbours(c) for c, _ in measured[:before]), config
+    assert not any(told for _, told in measured)
+    assert run({"static": 0})[0] == []
+
+
 def test_a_failing_benchmarker_keeps_what_was_measured(tables):
     softmax = next(t for t in tables if t.problem["family"] == "softmax")
     space, measure, _ = table_env(softmax)

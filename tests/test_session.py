@@ -15,7 +15,7 @@ import pytest
 from dr_kernel.analysis import StaticReport
 from dr_kernel.compile_pool import CompilePool, CompileRequest
 from dr_kernel.kernels import BUILTINS
-from dr_kernel.session import StaticStage, builtin_describer, refusal, run_session
+from dr_kernel.session import StaticStage, builtin_describer, measurable, refusal, run_session
 from dr_kernel.space import make_space
 from dr_kernel.store import open_store
 
@@ -239,6 +239,54 @@ def test_the_session_says_whether_its_compiles_were_guessed_in_time():
     # Without a compile stage there is nothing to say.
     assert run_session(PROBLEM, make_space({"X": [0, 1]}), Counter(), strategy="random", max_evals=1,
                        seed=0).compile_readiness == {}
+
+
+class VerdictPool(RecordingPool):
+    """A recording pool whose compiles say what pretend_compile says."""
+
+    def poll(self, timeout=None):
+        self.events.append(("wait", timeout))
+        if timeout is not None:
+            return []
+        done, self.queued = self.queued, {}
+        return [(t, pretend_compile(r)) for t, r in done.items()]
+
+
+def test_ppo_never_measures_a_config_the_compile_stage_had_already_refused(monkeypatch):
+    # ppo asks the stage what it knows of the neighbours of each config measured (StaticStage.ready:
+    # never waiting); what it was told does not compile within the limits, it never proposes.
+    told: dict[tuple, int] = {}  # Refused config -> evaluations measured when the stage said so.
+    measured: list[tuple] = []
+    ready = StaticStage.ready
+
+    def recording_ready(self, config):
+        report = ready(self, config)
+        if report is not None and not measurable(report):
+            told.setdefault(tuple(sorted(config.items())), len(measured))
+        return report
+
+    monkeypatch.setattr(StaticStage, "ready", recording_ready)
+    space = make_space({"X": list(range(8)), "Y": [0, 1, 2]})
+    for seed in range(6):
+        told.clear()
+        measured.clear()
+        stage = StaticStage(VerdictPool(), lambda config: CompileRequest("fake", dict(config)))
+        result = run_session(PROBLEM, space, Counter(), static=stage, strategy="ppo", max_evals=10, seed=seed,
+                             on_trial=lambda c, m, s: measured.append(tuple(sorted(c.items()))))
+        assert result.evaluations == len(measured) == 10
+        assert told, "the stage was never asked"
+        for config, when in told.items():
+            assert config not in measured[when:], (seed, config)
+
+
+def test_the_compile_stage_answers_for_what_it_has_compiled_without_waiting():
+    stage = StaticStage(VerdictPool(), lambda config: CompileRequest("fake", dict(config)))
+    assert stage.ready({"X": 3}) is None
+    stage.guess([{"X": 3}])
+    assert stage.ready({"X": 3}) is None  # Queued, not compiled: ready() does not wait.
+    stage.reports_for([{"X": 2}])
+    assert stage.ready({"X": 2}).valid
+    assert refusal(stage.ready({"X": 3}))["status"] == "out_of_resources"
 
 
 def compile_any(request: CompileRequest) -> StaticReport:

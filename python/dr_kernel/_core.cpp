@@ -393,10 +393,13 @@ NB_MODULE(_core, m) {
       nb::arg("seed"), nb::arg("options") = std::map<std::string, double>{}, nb::arg("trace") = false);
 
   // A tuning session whose measurements come from Python: measure(list of config dicts) returns a
-  // list of (measurement dict, cost seconds); on_trial(config, measurement, elapsed_s) sees each one.
+  // list of (measurement dict, cost seconds); on_trial(config, measurement, elapsed_s) sees each one;
+  // observe(config dict) returns what is known of a config without measuring it (a measurement dict
+  // whose status is "ok" when it compiled within the device's limits, or the compile failure), or
+  // None when nothing is known yet.
   m.def("tune", [](const nb::dict& problem, const Space& space, nb::callable measure, const std::string& strategy,
                    int64_t max_evals, double max_seconds, uint64_t seed, const std::map<std::string, double>& options,
-                   nb::object on_trial) {
+                   nb::object on_trial, nb::object observe) {
         auto measure_batch = [&space, measure](const std::vector<Config>& configs) {
           nb::list batch;
           for (const auto& c : configs) batch.append(FromNamed(space.Named(c)));
@@ -407,7 +410,14 @@ NB_MODULE(_core, m) {
           }
           return out;
         };
-        CallbackEnv env(ToProblem(problem), space, measure_batch);
+        CallbackEnv::Static observe_one;
+        if (!observe.is_none())
+          observe_one = [&space, observe](const Config& c) -> std::optional<Measurement> {
+            nb::object seen = observe(FromNamed(space.Named(c)));
+            if (seen.is_none()) return std::nullopt;
+            return ToMeasurement(nb::cast<nb::dict>(seen));
+          };
+        CallbackEnv env(ToProblem(problem), space, measure_batch, observe_one);
         Evaluator evaluator(env, Budget{max_evals, max_seconds});
         if (!on_trial.is_none())
           evaluator.OnTrial([&](const Trial& t) {
@@ -420,5 +430,5 @@ NB_MODULE(_core, m) {
         return history;
       }, nb::arg("problem"), nb::arg("space"), nb::arg("measure"), nb::arg("strategy"), nb::arg("max_evals"),
       nb::arg("max_seconds"), nb::arg("seed"), nb::arg("options") = std::map<std::string, double>{},
-      nb::arg("on_trial") = nb::none());
+      nb::arg("on_trial") = nb::none(), nb::arg("observe") = nb::none());
 }

@@ -201,6 +201,14 @@ class StaticStage:
                 mail[ticket] = report
         return mine
 
+    def ready(self, config: Mapping[str, Any]) -> StaticReport | None:
+        """The static report of a config whose compile has finished, else None; never waits (it
+        collects the answers that have come in, and starts nothing)."""
+        key = _key(config)
+        if key not in self.reports:
+            self._take(self._poll(0))
+        return self.reports.get(key)
+
     def settled(self) -> bool:
         """Whether every config queued (guessed or asked for) has its report; returns at once,
         starting queued compiles on workers that are free (the pool dispatches only when polled)."""
@@ -545,6 +553,23 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 writer.add(dict(problem), config, _storable(m), source)
         return out  # type: ignore[return-value]
 
+    def observe(config: dict) -> dict | None:
+        """What the compile stage already knows of a config, for the strategy to weigh before it
+        proposes it (ppo's `static`): "ok" when it compiled within the device's limits, else the
+        refusal; None while it is not compiled (this never waits for a compile) or when the
+        stage's verdicts are not trusted."""
+        if static is None or not trusted[0]:
+            return None
+        report = static.ready(config)
+        if report is None:
+            return None
+        if measurable(report):
+            return {"status": "ok", **static_fields(report)}
+        refused = refusal(report)
+        if not trust_compile_errors and refused["status"] == "compile_error":
+            return None  # Compiled from an inferred description: the device may still run it.
+        return refused
+
     def trial(config: dict, measurement: dict, elapsed_s: float) -> None:
         if on_trial is not None:
             on_trial(config, measurement, elapsed_s)
@@ -589,7 +614,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 ahead.append((config, m, spent))
                 trial(config, m, spent)
             known = {**(known or {}), **{_key(c): m for c, m, _ in ahead}}
-        history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed, options, trial)
+        history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed, options, trial,
+                             observe)
         offset = ahead[-1][2] if ahead else 0.0
         seen = {_key(c) for c, _, _ in ahead}
         result.history = ahead + [(c, m, s + offset) for c, m, s in history if _key(c) not in seen]

@@ -44,6 +44,10 @@ constexpr int kRandomCandidates = 48;
 // Configs GainChance weighs: the prior's first untried ones, and as many spread over the rest.
 constexpr size_t kGainCandidates = 256;
 
+// Failure probability of a config that compiled within the device's limits: what fails besides
+// (a wrong result, a crash) is rare.
+constexpr double kStaticFitsFail = 0.02;
+
 // Squared distance beyond which a kernel weight counts as 0 (exp(-0.6 / (2 * 0.25^2)) < 0.01):
 // most measurements are that far from a config, and skipping their exp() keeps proposals cheap.
 constexpr double kFarSquared = 0.6;
@@ -132,8 +136,8 @@ bool Walk::Covered(const Config& config) const {
   return false;
 }
 
-void Walk::Beliefs(uint64_t index, const std::vector<double>& here, double* mean, double* std,
-                      double* p_fail) const {
+void Walk::Beliefs(uint64_t index, const std::vector<double>& here, double* mean, double* std, double* p_fail,
+                   bool verdict) const {
   const double n = static_cast<double>(residual_.size());
   const double bias = n > 0 ? residual_sum_ / (n + 1.0) : 0.0;
   double trend = 0;
@@ -158,9 +162,24 @@ void Walk::Beliefs(uint64_t index, const std::vector<double>& here, double* mean
   if (mean) *mean = prior_->log_ms[index] + (n > 0 ? bias + trend + local : 0.0);
   if (std) *std = prior_->log_std[index] / std::sqrt(1.0 + weight);
   if (p_fail) {
-    const double prior = prior_->p_fail[index];
-    *p_fail = (kFailPseudo * prior + failed) / (kFailPseudo + all_weight);
+    const auto known = verdict ? static_fits_.find(index) : static_fits_.end();
+    if (known != static_fits_.end()) {
+      *p_fail = known->second ? kStaticFitsFail : 1.0;
+    } else {
+      const double prior = prior_->p_fail[index];
+      *p_fail = (kFailPseudo * prior + failed) / (kFailPseudo + all_weight);
+    }
   }
+}
+
+bool Walk::StaticallyFails(uint64_t index) const {
+  const auto it = static_fits_.find(index);
+  return it != static_fits_.end() && !it->second;
+}
+
+void Walk::SetStaticVerdict(const Config& config, bool compiles) {
+  static_fits_[space_.Index(config)] = compiles ? 1 : 0;
+  jump_known_ = false;
 }
 
 double Walk::Predict(const Config& config, double* std) const {
@@ -342,7 +361,7 @@ std::optional<Config> Walk::JumpTarget() const {
     int drawn = 0;
     for (int draw = 0; draw < 4 * kAvoidFailDraws && drawn < random_draws_; ++draw) {
       const uint64_t i = order[order_start_ + rng_.Below(left)];
-      if (measured_.count(i) || (draw < kAvoidFailDraws && PFail(space_.FromIndex(i)) > 0.5) ||
+      if (measured_.count(i) || StaticallyFails(i) || (draw < kAvoidFailDraws && PFail(space_.FromIndex(i)) > 0.5) ||
           Covered(space_.FromIndex(i)))
         continue;
       ++drawn;
@@ -359,7 +378,7 @@ std::optional<Config> Walk::JumpTarget() const {
   double best_score = kInf;
   auto consider = [&](uint64_t i) {
     const Config c = space_.FromIndex(i);
-    if (Covered(c)) return;
+    if (Covered(c) || StaticallyFails(i)) return;
     double mean = 0, std = 0, p_fail = 0;
     Beliefs(i, space_.Encode(c), &mean, &std, &p_fail);
     // A Thompson-style draw: the optimistic score plus a quarter of the belief's uncertainty times N(0, 1).
@@ -403,6 +422,7 @@ std::optional<Move> Walk::Resolve(int action) const {
   const auto it = measured_.find(space_.Index(*target));
   if (it == measured_.end()) {
     if (Covered(*target)) return std::nullopt;  // It would time a binary already timed.
+    if (StaticallyFails(space_.Index(*target))) return std::nullopt;  // It would not run.
     return Move{*target, true};
   }
   if (!it->second.ok || free_streak_ >= kMaxFreeStreak) return std::nullopt;
@@ -569,7 +589,13 @@ void Walk::FillDirection(const Config& target, double current_log, double* out) 
   // Predicted differences count as far as the walk trusts its beliefs.
   out[4] = std::isfinite(current_log) ? trust() * Clip(mean - current_log, -1, 1) : 0;
   out[5] = Clip(std, 0, 1);
-  out[6] = PFail(target);
+  out[6] = PFailWithoutVerdict(target);
+}
+
+double Walk::PFailWithoutVerdict(const Config& config) const {
+  double p = 0;
+  Beliefs(space_.Index(config), space_.Encode(config), nullptr, nullptr, &p, /*verdict=*/false);
+  return p;
 }
 
 std::vector<double> Walk::Observation() const {

@@ -442,6 +442,62 @@ TEST(WalkRidgeTest, AStepThatBreaksAConstraintFollowsItsRidgeToTheMostPromisingV
   EXPECT_GT(ridge.size(), plain.size());
 }
 
+// The recorded matmul 2048 x 1000 x 16384 (bf16): its deepest tiles need more shared memory than
+// the H200 has with 4 or 5 stages, and compile within it with 2 or 3.
+const Truth& DeepMatmul() {
+  static const Truth truth = LoadTruth("matmul_2048x1000x16384_bf16.jsonl", 0);
+  return truth;
+}
+
+TEST(WalkStaticTest, ACompileVerdictReplacesTheFailureBeliefOfAnUnmeasuredNeighbour) {
+  const Truth& t = DeepMatmul();
+  // A measured config with one neighbour that compiled within the limits and one that did not.
+  std::optional<Config> from, fits, over;
+  for (const auto& row : t.table.rows) {
+    if (!row.measurement.ok()) continue;
+    const Config c = *t.space.Find(row.config);
+    std::optional<Config> ok_one, over_one;
+    for (const Config& n : t.space.Neighbours(c)) {
+      const Measurement m = MeasurementOf(t, n);
+      if (m.ok()) ok_one = n;
+      if (m.status == Status::kOutOfResources) over_one = n;
+    }
+    if (ok_one && over_one) {
+      from = c, fits = ok_one, over = over_one;
+      break;
+    }
+  }
+  ASSERT_TRUE(from.has_value()) << "no ok config of the table has both kinds of neighbour";
+  // A prior that is wrong about both: it believes the fitting one fails and the other fits.
+  Prior prior = PriorOf(t, 1, 0.1, 4);
+  prior.p_fail[t.space.Index(*fits)] = 0.9;
+  prior.p_fail[t.space.Index(*over)] = 0.05;
+  Walk s(t.space, prior, {}, 100, {}, 1);
+  s.TakeMeasured(Move{*from, true}, MeasurementOf(t, *from));
+  auto listed = [&](const Config& c) {
+    const auto unchecked = s.UncheckedNeighbours();
+    return std::count(unchecked.begin(), unchecked.end(), c);
+  };
+  EXPECT_EQ(listed(*fits), 0);
+  EXPECT_EQ(listed(*over), 1);
+  EXPECT_FALSE(s.HasStaticVerdict(*fits));
+  const double believed_fits = s.PFail(*fits), believed_over = s.PFail(*over);
+
+  s.SetStaticVerdict(*fits, true);
+  s.SetStaticVerdict(*over, false);
+  EXPECT_TRUE(s.HasStaticVerdict(*fits) && s.HasStaticVerdict(*over));
+  EXPECT_LT(s.PFail(*fits), 0.05);
+  EXPECT_EQ(s.PFail(*over), 1.0);
+  EXPECT_EQ(listed(*fits), 1);
+  EXPECT_EQ(listed(*over), 0);
+  // The policy observes the belief without the verdicts, as it was trained.
+  EXPECT_EQ(s.PFailWithoutVerdict(*fits), believed_fits);
+  EXPECT_EQ(s.PFailWithoutVerdict(*over), believed_over);
+  // A verdict outlives a refitted prior: it is about the binary, not the times.
+  s.Rebase(prior);
+  EXPECT_EQ(s.PFail(*over), 1.0);
+}
+
 TEST(WalkSeedTest, TheSeedChangesUncertainJumpsAndOnlyTheSeed) {
   const Truth& t = Softmax();
   const Prior prior = PriorOf(t, 1, 0.3, 6);

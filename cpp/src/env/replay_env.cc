@@ -101,12 +101,15 @@ std::vector<Evaluation> ReplayEnv::Step(const std::vector<Config>& configs) {
 std::optional<Measurement> ReplayEnv::Observe(const Config& config) const {
   const Measurement* m = Lookup(config);
   if (!m) return std::nullopt;
-  // Only what static analysis of the compiled kernel would tell: no times, no status of a launch.
+  // Only what compiling it and analysing the binary would tell: no times, no status of a launch
+  // (a wrong result or a crash shows only when it runs).
   Measurement features;
   features.n_regs = m->n_regs;
   features.n_spills = m->n_spills;
   features.shared = m->shared;
-  features.status = m->status == Status::kOutOfResources ? Status::kOutOfResources : Status::kOk;
+  const bool static_failure = m->status == Status::kOutOfResources || m->status == Status::kCompileError ||
+                              m->status == Status::kCompileTimeout;
+  features.status = static_failure ? m->status : Status::kOk;
   return features;
 }
 

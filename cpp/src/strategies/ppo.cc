@@ -200,6 +200,24 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // config that also moves one other parameter one step (Walk::RidgeStep).
   const bool climb_ridge = options.Get("climb_ridge") > 0;
   std::optional<Config> best_before;  // The best config before the last round's measurements.
+  // Static verdicts: what the environment knows of a config without measuring it (the session's
+  // compile stage, which compiles the neighbours of what it measures ahead of need; a replayed
+  // table's recorded resources). Asked for the one-step neighbours of each measured config.
+  const bool use_static = options.Get("static") > 0;
+  auto learn_static = [&](const std::vector<Config>& measured) {
+    if (!use_static) return;
+    for (const Config& from : measured) {
+      for (size_t p = 0; p < space.num_params(); ++p) {
+        for (int delta : {-1, 1}) {
+          auto c = space.Move(from, p, delta);
+          if (!c || !space.IsValid(*c) || walks[0].HasStaticVerdict(*c) || walks[0].Measured(*c)) continue;
+          const auto seen = evaluator.env().Observe(*c);
+          if (!seen) continue;
+          for (auto& w : walks) w.SetStaticVerdict(*c, seen->status == Status::kOk);
+        }
+      }
+    }
+  };
   for (;;) {
     std::vector<std::pair<int, agent::Move>> proposals;
     std::vector<bool> proposals_from_policy;
@@ -266,6 +284,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     for (const auto& p : proposals) batch.push_back(p.second.config);
     if (evaluator.best() != nullptr) best_before = evaluator.best()->config;
     const auto results = evaluator.Evaluate(batch);
+    learn_static(batch);
     if (climbing)
       for (auto& w : walks)
         for (size_t i = 0; i < batch.size(); ++i) w.Record(batch[i], results[i]);
@@ -317,6 +336,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         if (static_cast<int64_t>(unchecked.size()) > left) unchecked.resize(static_cast<size_t>(left));
         const double before = walks[0].best_log_ms();
         const auto checked = evaluator.Evaluate(unchecked);
+        learn_static(unchecked);
         for (size_t i = 0; i < unchecked.size(); ++i)
           for (auto& w : walks) w.Record(unchecked[i], checked[i]);
         if (evaluator.exhausted()) return;
@@ -387,6 +407,9 @@ StrategyInfo PpoStrategy() {
                            "promising valid config that also moves one other parameter one step (a block that may grow "
                            "only with its warps grows with them), and such a step that paid is taken again first "
                            "with climb_ahead (0: off; benchmarks/agent.md)", 1},
+           {"static", "1: weigh what the compile stage knows of a measured config's one-step neighbours before "
+                      "measuring them (one that did not compile within the device's limits is believed to fail; one "
+                      "that did is not believed to fail because its neighbours did) (0: off; benchmarks/agent.md)", 1},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
                      "the policy acts, so that it moves on from local optima (0: never; benchmarks/agent.md)", 2},

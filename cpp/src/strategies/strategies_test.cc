@@ -377,6 +377,58 @@ TEST(PpoTest, WithClimbRidgeTheClimbFollowsTheConstraintsWhereAOneStepMoveBreaks
   }
 }
 
+TEST(PpoTest, WithStaticTheSessionMeasuresNoNeighbourThatFailedToCompileWithinTheLimits) {
+  // matmul 2048x1000x16384 (bf16) as a kernel the agent has never seen, on a device whose blocks
+  // get at most 64 KB of shared memory (an sm_75's limit) where the agent learned the H200's 227 KB:
+  // a quarter of the tiles that ran on the H200 do not fit, and the prior believes they do. The replay
+  // knows what compiling a config would say (ReplayEnv::Observe), as a session's compile stage
+  // knows it of the neighbours it compiled ahead: with static verdicts no such neighbour of a
+  // measured config is measured.
+  EnsureAgent();
+  ProblemTable deep = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/matmul_2048x1000x16384_bf16.jsonl"})[0];
+  deep.problem.family = "unseen " + deep.problem.family;
+  int over = 0;
+  for (auto& row : deep.rows) {
+    if (row.measurement.ok() && row.measurement.shared > 64 * 1024) {
+      row.measurement.status = Status::kOutOfResources;
+      ++over;
+    }
+  }
+  ASSERT_GT(over, 100);
+  auto wasted = [&](double use_static, uint64_t seed, int* failed) {
+    ReplayEnv env(deep);
+    Evaluator session(env, Budget{40});
+    RunStrategy("ppo", session, seed, {{"static", use_static}});
+    const auto& history = session.history();
+    int near = 0;
+    for (size_t i = 0; i < history.size(); ++i) {
+      const Status status = history[i].measurement.status;
+      if (status != Status::kOutOfResources && status != Status::kCompileError &&
+          status != Status::kCompileTimeout)
+        continue;
+      ++*failed;
+      for (size_t j = 0; j < i; ++j) {
+        const auto around = env.space().Neighbours(history[j].config);
+        if (std::find(around.begin(), around.end(), history[i].config) != around.end()) {
+          ++near;
+          break;
+        }
+      }
+    }
+    return near;
+  };
+  int with = 0, without = 0, failed_with = 0, failed_without = 0;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    with += wasted(1, seed, &failed_with);
+    without += wasted(0, seed, &failed_without);
+  }
+  std::printf("static failures measured in 20 sessions of 40: %d (%d next to a measured config) with static "
+              "verdicts, %d (%d) without\n", failed_with, with, failed_without, without);
+  EXPECT_EQ(with, 0);
+  EXPECT_GE(without, 5);
+  EXPECT_LT(failed_with, failed_without);
+}
+
 TEST(PpoTest, StoppingOnALocalOptimumMeasuresTheBestConfigsNeighboursBeforeEnding) {
   // With stop_local, a session that the stop rule would end first measures the untried one-step
   // neighbours of its best config, and moves on from a faster one: it ends where no recorded

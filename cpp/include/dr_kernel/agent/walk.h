@@ -158,6 +158,9 @@ class Walk {
   // Believed probability that a config fails: the prior's, pulled towards the failures and
   // successes measured near it.
   double PFail(const Config& config) const;
+  // PFail as if no static verdict were known: what the policy observes (it learned from such
+  // beliefs; the verdicts guide the climb and the jumps).
+  double PFailWithoutVerdict(const Config& config) const;
   // Believed chance that the most promising untried config runs at least `gain` (a fraction)
   // faster than the best measured (its probability of improvement): over the prior's first untried
   // configs and a spread of the others, by each one's belief (log time normal, its spread widened by
@@ -198,6 +201,14 @@ class Walk {
     UpdateInert();
   }
   bool Inert(size_t param) const;
+  // What compiling an unmeasured config said before any launch (the compile stage's static
+  // analysis): whether it compiles within the device's registers and shared memory. One that does
+  // not (over the limits, a compile error or timeout) would not run: no move or jump measures it
+  // (PFail 1); one that does fails only as rarely as a compiled config fails for other reasons,
+  // whatever its neighbours' failures suggest. Configs without a verdict keep the belief of the
+  // prior and the measurements.
+  void SetStaticVerdict(const Config& config, bool compiles);
+  bool HasStaticVerdict(const Config& config) const { return static_fits_.count(space_.Index(config)) != 0; }
   // Whether an unmeasured config differs from a measured one only in inert parameters: measuring
   // it would time a binary already timed. Moves onto it are masked and jumps pass it over.
   bool Covered(const Config& config) const;
@@ -223,7 +234,9 @@ class Walk {
   void FitResiduals();
   // Belief about one config (index and encoded position): corrected log time, its uncertainty and
   // the failure probability; any output may be null.
-  void Beliefs(uint64_t index, const std::vector<double>& encoded, double* mean, double* std, double* p_fail) const;
+  // `verdict`: whether a static verdict overrides the failure belief.
+  void Beliefs(uint64_t index, const std::vector<double>& encoded, double* mean, double* std, double* p_fail,
+               bool verdict = true) const;
   void FillDirection(const Config& target, double current_log, double* out) const;
 
   const Space& space_;
@@ -237,6 +250,8 @@ class Walk {
   // different times (see Inert); and the ok configs measured, for Covered.
   std::vector<int> same_pairs_, differing_pairs_;
   int inert_pairs_ = 0;
+  std::unordered_map<uint64_t, uint8_t> static_fits_;  // Config index -> compiles (SetStaticVerdict).
+  bool StaticallyFails(uint64_t index) const;
   int random_draws_ = 1;
   std::vector<uint8_t> inert_;  // Inert(p) by parameter, as of the last measurement.
   bool any_inert_ = false;
