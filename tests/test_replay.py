@@ -164,6 +164,27 @@ def test_replay_trace_lists_each_runs_measurements_and_agrees_with_its_figures(t
     text = capsys.readouterr().out
     assert text.count("anneal, softmax rows=4096 cols=4096, run ") == 3
     assert "run 2 (seed 6):" in text and "\n    30 " in text
+    assert {step["why"] for run in traces for step in run} == {""}  # Annealing does not say why.
+
+
+def test_replay_trace_says_why_the_agent_measured_each_config(table_paths, tmp_path):
+    # As a kernel the agent has not seen (its family renamed), it first measures the prior's best
+    # guess, then climbs from its best config (one-step neighbours) before its policy moves or jumps.
+    table = next(p for p in table_paths if p.name == "rmsnorm_16384x8192_bf16.jsonl")
+    renamed = tmp_path / "unseen.jsonl"
+    renamed.write_text(table.read_text().replace('"family":"rmsnorm"', '"family":"unseen rmsnorm"'))
+    tables = _core.read_tables([str(renamed)])
+    assert tables[0].problem["family"] == "unseen rmsnorm"
+    report = json.loads(_core.replay(tables, "ppo", 40, 2, 1.05, 0, {}, True).to_json())
+    for run in report["problems"][0]["traces"]:
+        why = [step["why"] for step in run]
+        assert why[0] == "jump: the prior's best"
+        assert "climb" in why[1:4]
+        assert all(w == "climb" or w.startswith(("move ", "jump: ")) for w in why), why
+        assert any(w.startswith(("move ", "jump: ")) for w in why[4:])
+        for step in run:
+            if step["why"].startswith("move "):
+                assert step["why"].split()[1] in step["config"]
 
 
 def test_replay_plot_and_table(tmp_path, capsys):

@@ -7,6 +7,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -34,6 +35,7 @@ struct Trial {
   double cost_s = 0;     // Tuning seconds this evaluation took.
   double elapsed_s = 0;  // Tuning seconds of the session up to and including it.
   int64_t batch = 0;     // Which call of Evaluate measured it (configs of one batch run in parallel).
+  std::string why;       // Why the strategy proposed it, where it says ("climb", "jump", ...).
 };
 
 class Evaluator {
@@ -48,7 +50,8 @@ class Evaluator {
   // config's result in order; repeated configs cost nothing. Configs that break the space's
   // constraints are not measured, cost nothing and come back invalid. Throws StopTuning when the
   // budget runs out before the whole batch was measured; what was measured stays in history().
-  std::vector<Measurement> Evaluate(const std::vector<Config>& configs);
+  // `why`, when given, holds one reason per config (Trial::why).
+  std::vector<Measurement> Evaluate(const std::vector<Config>& configs, const std::vector<std::string>* why = nullptr);
   Measurement Evaluate(const Config& config);
 
   // The result of a config measured in this session, or nullptr.

@@ -34,6 +34,7 @@ struct TraceStep {
   NamedValues config;
   Status status = Status::kInvalid;
   double over_best = kInf;
+  std::string why;  // Why the strategy proposed it (Trial::why), empty where it does not say.
 };
 
 struct ProblemReport {

@@ -350,10 +350,13 @@ std::optional<Config> Walk::JumpTarget() const {
   const auto& order = prior_->order;
   while (order_start_ < order.size() && measured_.count(order[order_start_])) ++order_start_;
   jump_.reset();
+  jump_kind_ = JumpKind::kBelieved;
   if (order_start_ >= order.size()) return jump_;
   // The first measurement tests the prior's own best guess: one evaluation settles a good prior.
   const bool first = measured_.empty();
+  if (first) jump_kind_ = JumpKind::kPriorBest;
   if (!first && rng_.Uniform() < random_jump_probability()) {
+    jump_kind_ = JumpKind::kRandom;
     // Random search over the untried configs, avoiding those the prior expects to fail for a while
     // (resource limits carry across families better than times do).
     const uint64_t left = order.size() - order_start_;
@@ -373,6 +376,7 @@ std::optional<Config> Walk::JumpTarget() const {
       }
     }
     if (jump_) return jump_;
+    jump_kind_ = JumpKind::kBelieved;
   }
   std::optional<Config> best;
   double best_score = kInf;

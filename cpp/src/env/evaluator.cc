@@ -17,18 +17,21 @@ const Measurement* Evaluator::Lookup(const Config& config) const {
   return it == seen_.end() ? nullptr : &history_[it->second].measurement;
 }
 
-std::vector<Measurement> Evaluator::Evaluate(const std::vector<Config>& configs) {
+std::vector<Measurement> Evaluator::Evaluate(const std::vector<Config>& configs, const std::vector<std::string>* why) {
   PollInterrupt();  // A replay or a tuning session stops here when the user asks.
   // Which configs need measuring: valid, new, and each once even if the batch repeats it.
   std::vector<Config> fresh;
   std::vector<uint64_t> fresh_index;
-  for (const auto& c : configs) {
+  std::vector<std::string> fresh_why;
+  for (size_t k = 0; k < configs.size(); ++k) {
+    const Config& c = configs[k];
     if (!space().IsValid(c)) continue;
     const uint64_t index = space().Index(c);
     if (seen_.count(index) || std::find(fresh_index.begin(), fresh_index.end(), index) != fresh_index.end())
       continue;
     fresh.push_back(c);
     fresh_index.push_back(index);
+    fresh_why.push_back(why && k < why->size() ? (*why)[k] : std::string());
   }
   bool truncated = false;
   if (!fresh.empty()) {
@@ -41,7 +44,8 @@ std::vector<Measurement> Evaluator::Evaluate(const std::vector<Config>& configs)
     // batch measured in parallel may overrun it, but nothing measured is thrown away.
     const auto results = env_.Step(fresh);
     for (size_t i = 0; i < fresh.size(); ++i) {
-      Trial trial{fresh[i], results[i].measurement, results[i].cost_s, seconds_ + results[i].cost_s, batches_};
+      Trial trial{fresh[i], results[i].measurement, results[i].cost_s, seconds_ + results[i].cost_s, batches_,
+                  std::move(fresh_why[i])};
       seconds_ = trial.elapsed_s;
       seen_.emplace(space().Index(trial.config), history_.size());
       if (trial.measurement.ok() && trial.measurement.ms < best_ms()) best_ = static_cast<int64_t>(history_.size());

@@ -49,7 +49,7 @@ ReplayReport Replay(const std::vector<ProblemTable>& tables, const ReplaySetting
       for (const auto& trial : evaluator.history()) {
         if (settings.trace)
           pr.traces.back().push_back({env.space().Named(trial.config), trial.measurement.status,
-                                      trial.measurement.objective() / pr.oracle_ms});
+                                      trial.measurement.objective() / pr.oracle_ms, trial.why});
         best = std::min(best, trial.measurement.objective());
         curve.push_back(best / pr.oracle_ms);
         if (reached > budget && std::isfinite(best) && best <= target) {  // Nothing ran: never.
@@ -121,7 +121,8 @@ std::string ReplayReport::ToJson() const {
         for (size_t k = 0; k < p.traces[r].size(); ++k) {
           const auto& step = p.traces[r][k];
           out += (k ? ",{\"config\":" : "{\"config\":") + ToJson(step.config) + ",\"status\":" +
-                 ToJson(Value(std::string(ToString(step.status)))) + ",\"over_best\":" + Number(step.over_best) + "}";
+                 ToJson(Value(std::string(ToString(step.status)))) + ",\"over_best\":" + Number(step.over_best) +
+                 ",\"why\":" + ToJson(Value(step.why)) + "}";
         }
         out += "]";
       }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_set>
 
 #include "dr_kernel/agent/agent.h"
@@ -33,6 +34,23 @@ std::optional<Config> StepAgain(const Space& space, const Config& before, const 
   }
   if (moved == 0) return std::nullopt;
   return again;
+}
+
+// Why a walk's jump target was chosen (Trial::why).
+std::string JumpWhy(const agent::Walk& s) {
+  switch (s.jump_kind()) {
+    case agent::Walk::JumpKind::kPriorBest: return "jump: the prior's best";
+    case agent::Walk::JumpKind::kRandom: return "jump: random draws";
+    case agent::Walk::JumpKind::kBelieved: break;
+  }
+  return "jump: believed fastest";
+}
+
+// Why a policy action was measured: a move's parameter and direction, or the jump's kind.
+std::string ActionWhy(const agent::Walk& s, int action) {
+  if (action == agent::kJump) return JumpWhy(s);
+  const size_t param = static_cast<size_t>(action / 2);
+  return "move " + s.space().params()[param].name + (action % 2 ? " up" : " down");
 }
 
 // One decision of a walker, kept when the policy learns online.
@@ -221,6 +239,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   for (;;) {
     std::vector<std::pair<int, agent::Move>> proposals;
     std::vector<bool> proposals_from_policy;
+    std::vector<std::string> why;  // Per config of the batch (Trial::why).
     std::unordered_set<uint64_t> chosen;
     std::vector<Config> batch;
     if (climb > 0 && unseen && evaluator.evals() >= climb) {
@@ -231,8 +250,10 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
           if (it != unchecked.end()) std::rotate(unchecked.begin(), it, it + 1);
         }
       }
-      for (size_t i = 0; i < unchecked.size() && static_cast<int>(i) < walkers; ++i)
+      for (size_t i = 0; i < unchecked.size() && static_cast<int>(i) < walkers; ++i) {
         batch.push_back(std::move(unchecked[i]));
+        why.push_back("climb");
+      }
     }
     const bool climbing = !batch.empty();
     for (int w = 0; w < walkers && !climbing; ++w) {
@@ -251,6 +272,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         if (chosen.insert(space.Index(move->config)).second) {
           proposals.emplace_back(w, *move);
           proposals_from_policy.push_back(true);
+          why.push_back(ActionWhy(s, t.action));
         } else if (learn) {
           decisions[w].pop_back();  // Another walker measures it: this decision is not taken.
         }
@@ -261,6 +283,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       const bool proposed = !proposals.empty() && proposals.back().first == w;
       if (!proposed) {
         auto jump = s.Resolve(agent::kJump);
+        std::string jump_why = jump ? JumpWhy(s) : std::string();
         if (jump && !chosen.insert(space.Index(jump->config)).second) {
           // Another walker measures this walker's jump target this round (their beliefs agree):
           // it takes the prior's most promising config that no walker chose, so that every
@@ -271,19 +294,21 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
             if (s.Measured(c) || s.Covered(c) || chosen.count(index) || s.PFail(c) > 0.5) continue;
             chosen.insert(index);
             jump = agent::Move{c, true};
+            jump_why = "jump: the prior's next";
             break;
           }
         }
         if (jump) {
           proposals.emplace_back(w, *jump);
           proposals_from_policy.push_back(false);
+          why.push_back(std::move(jump_why));
         }
       }
     }
     if (proposals.empty() && !climbing) return;  // Nothing left that the agent would measure.
     for (const auto& p : proposals) batch.push_back(p.second.config);
     if (evaluator.best() != nullptr) best_before = evaluator.best()->config;
-    const auto results = evaluator.Evaluate(batch);
+    const auto results = evaluator.Evaluate(batch, &why);
     learn_static(batch);
     if (climbing)
       for (auto& w : walks)
@@ -335,7 +360,8 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         if (evaluator.evals_left() <= 0) return;
         if (static_cast<int64_t>(unchecked.size()) > left) unchecked.resize(static_cast<size_t>(left));
         const double before = walks[0].best_log_ms();
-        const auto checked = evaluator.Evaluate(unchecked);
+        const std::vector<std::string> checks(unchecked.size(), "check: a neighbour of the best before stopping");
+        const auto checked = evaluator.Evaluate(unchecked, &checks);
         learn_static(unchecked);
         for (size_t i = 0; i < unchecked.size(); ++i)
           for (auto& w : walks) w.Record(unchecked[i], checked[i]);

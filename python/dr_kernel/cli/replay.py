@@ -144,7 +144,8 @@ def _print_replay(reports: dict, args: argparse.Namespace) -> None:
 
 
 def _print_traces(reports: dict) -> None:
-    """Every run's measurements in order: time over the table's best (or how it failed) and config."""
+    """Every run's measurements in order: time over the table's best (or how it failed), config and,
+    where the strategy says (ppo), why it proposed it."""
     for name, report in reports.items():
         data = json.loads(report.to_json())
         for p in data["problems"]:
@@ -158,7 +159,8 @@ def _print_traces(reports: dict) -> None:
                     mark = " *" if over is not None and over < best else "  "
                     best = min(best, over) if over is not None else best
                     config = " ".join(f"{k}={v}" for k, v in step["config"].items())
-                    print(f"  {i:4d} {shown:>18}{mark} {config}")
+                    why = f"  ({step['why']})" if step.get("why") else ""
+                    print(f"  {i:4d} {shown:>18}{mark} {config}{why}")
 
 
 def add_parser(sub) -> None:
@@ -175,7 +177,8 @@ def add_parser(sub) -> None:
     p.add_argument("--plot", type=Path, help="write a PNG of best-so-far / best against evaluations")
     p.add_argument("--trace", action="store_true",
                    help="also show every run's measurements in order (time over the table's best, * a new best; "
-                        "with --json, a 'traces' list per problem)")
+                        "for ppo, why it measured each: its climb, a move, a jump; with --json, a 'traces' list "
+                        "per problem)")
     p.add_argument("--holdout", choices=["none", "family"], default="none",
                    help="family: replay the agent on each family with an agent trained (shipped recipe, about 40 s "
                         "per family on 2 cores) on the other families only; none (default): only on tables the "

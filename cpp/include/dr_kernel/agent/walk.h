@@ -151,6 +151,13 @@ class Walk {
 
   // The config kJump would measure now, or nullopt when every config is measured.
   std::optional<Config> JumpTarget() const;
+  // How JumpTarget() chose its config: the prior's best guess (the first measurement), the most
+  // promising by the beliefs (a Thompson-style draw), or a random draw (trust low).
+  enum class JumpKind { kPriorBest, kBelieved, kRandom };
+  JumpKind jump_kind() const {
+    JumpTarget();
+    return jump_kind_;
+  }
   // Believed log time of a config: the prior corrected by the residuals measured so far (their
   // shrunk mean, a ridge-regressed linear trend over the encoded parameters, and a local kernel
   // smoother of what is left).
@@ -273,6 +280,7 @@ class Walk {
   double rank_correlation_ = 0;
   TrustConfig trust_config_;
   mutable Rng rng_;
+  mutable JumpKind jump_kind_ = JumpKind::kBelieved;
 
   bool has_position_ = false;
   Config position_;
