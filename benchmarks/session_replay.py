@@ -17,7 +17,8 @@ Per problem: evaluations recorded and replayed, the best time of each, replayed 
 (the noisy single measurements the strategy saw, not the confirmation re-timing). A session is
 replayed with the strategy options it ran with: rows record them since the eighth session of
 2026-12-04; older rows ran before `jump_draws` and `climb_ridge` existed, whose defaults changed
-then, and replay with those two off (LEGACY_OPTIONS).
+then, and replay with those two off (LEGACY_OPTIONS); options added since (`static`, `climb_doubt`)
+are off for rows that do not record them (ADDED_OPTIONS).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 # The options whose defaults changed since the first recorded sessions, as those sessions ran.
 LEGACY_OPTIONS = {"jump_draws": 1.0, "climb_ridge": 0.0}
+# Options added since rows record theirs (ninth session of 2026-12-04), with the value that is the
+# behaviour before them: a row without one ran without it.
+ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0}
 
 
 class LeftThePath(Exception):
@@ -112,7 +116,8 @@ def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict], fill:
 
     # The options the session ran with, less its stop rule's: the replay's stop rule replaces those.
     stop_rule = stop_options("auto", session["strategy"])
-    ran_with = {k: v for k, v in session.get("options", LEGACY_OPTIONS).items() if k not in stop_rule}
+    ran_with = {**ADDED_OPTIONS, **session.get("options", LEGACY_OPTIONS)}
+    ran_with = {k: v for k, v in ran_with.items() if k not in stop_rule}
     ran_with.update(stop_options(stop, session["strategy"]))
     try:
         result = run_session(problem, space, measure, strategy=session["strategy"], max_evals=session["max_evals"],

@@ -209,9 +209,12 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // On a kernel family the cost model has not seen, its prior is a guess: from `climb`
   // measurements on, the session first measures the best config's untried one-step neighbours
   // (one a round per walker, that is per measuring GPU, the most promising first), so that the
-  // policy acts from local optima.
+  // policy acts from local optima. On a family it has seen, the same while the measurements rank
+  // the prior worse than such a family's prior ranks (trust below climb_doubt): a new shape can
+  // be as new to the model as a new family.
   const int64_t climb = options.Int("climb");
   const bool unseen = prior->trust < agent::kSeenFamilyTrust;
+  const double climb_doubt = options.Get("climb_doubt");
   // With climb_ahead, a climb step that made one parameter one step better is tried again first.
   const bool climb_ahead = options.Get("climb_ahead") > 0;
   // With climb_ridge, a neighbour the constraints forbid is replaced by the most promising valid
@@ -242,7 +245,9 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     std::vector<std::string> why;  // Per config of the batch (Trial::why).
     std::unordered_set<uint64_t> chosen;
     std::vector<Config> batch;
-    if (climb > 0 && unseen && evaluator.evals() >= climb) {
+    const bool doubted = climb_doubt > 0 && walks[0].ranked_pairs() >= agent::TrustConfig{}.min_pairs &&
+                         walks[0].trust() < climb_doubt;
+    if (climb > 0 && (unseen || doubted) && evaluator.evals() >= climb) {
       auto unchecked = walks[0].UncheckedNeighbours(0, 0, climb_ridge);
       if (climb_ahead && best_before && evaluator.best() != nullptr) {
         if (auto ahead = StepAgain(space, *best_before, evaluator.best()->config, climb_ridge)) {
@@ -436,6 +441,10 @@ StrategyInfo PpoStrategy() {
            {"static", "1: weigh what the compile stage knows of a measured config's one-step neighbours before "
                       "measuring them (one that did not compile within the device's limits is believed to fail; one "
                       "that did is not believed to fail because its neighbours did) (0: off; benchmarks/agent.md)", 1},
+           {"climb_doubt", "on a family the cost model has seen, climb (see `climb`) while the walk's trust in its prior "
+                           "is below this (0.8: the trust such a family starts with, so once the measurements rank the "
+                           "prior worse than it does on the shapes it was trained on; 0: never; benchmarks/agent.md)",
+            agent::kSeenFamilyTrust},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
                      "the policy acts, so that it moves on from local optima (0: never; benchmarks/agent.md)", 2},
