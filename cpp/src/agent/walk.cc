@@ -445,7 +445,8 @@ namespace {
 // Kendall's rank correlation of (predicted, measured) over the pairs whose measured times differ by
 // more than kTieLog, turned into the Pearson scale by sin(pi/2 tau) (exact for Gaussian data), so
 // that trust reads like a correlation; 0 with fewer than `min_pairs` such pairs.
-double RankCorrelation(const std::vector<double>& predicted, const std::vector<double>& measured, int min_pairs) {
+double RankCorrelation(const std::vector<double>& predicted, const std::vector<double>& measured, int min_pairs,
+                       int* compared) {
   double concordant = 0, discordant = 0;
   for (size_t i = 0; i < measured.size(); ++i) {
     for (size_t j = i + 1; j < measured.size(); ++j) {
@@ -455,6 +456,7 @@ double RankCorrelation(const std::vector<double>& predicted, const std::vector<d
       (dm * dp > 0 ? concordant : discordant) += 1;
     }
   }
+  *compared = static_cast<int>(concordant + discordant);
   if (concordant + discordant < min_pairs) return 0;
   const double tau = (concordant - discordant) / (concordant + discordant);
   return std::sin(1.5707963267948966 * tau);
@@ -470,7 +472,7 @@ void Walk::Observe(const Config& config, const Measurement& m) {
     // What the walk believed just before measuring: an honest, out-of-sample prediction.
     pair_predicted_.push_back(Predict(config));
     pair_measured_.push_back(log_ms);
-    rank_correlation_ = RankCorrelation(pair_predicted_, pair_measured_, trust_config_.min_pairs);
+    rank_correlation_ = RankCorrelation(pair_predicted_, pair_measured_, trust_config_.min_pairs, &rank_compared_);
   }
   if (ok) {
     // Pairs with the ok configs measured before that differ from this one in one parameter only.

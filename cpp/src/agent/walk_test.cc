@@ -132,6 +132,30 @@ TEST(WalkTrustTest, AGoodPriorIsTrustedMoreAndAMirroredOneLess) {
   EXPECT_LT(trusting.random_jump_probability(), 0.25);
 }
 
+TEST(WalkTrustTest, TiedMeasurementsAreNoEvidenceForOrAgainstThePrior) {
+  // The recorded softmax's num_stages changes nothing (the same binary, the same time): configs
+  // that differ only there tie, and a tie says nothing about how the beliefs rank. The correlation
+  // compares only pairs that differ by more than the tie margin.
+  const Truth& t = Softmax();
+  const Prior prior = PriorOf(t, 1, 0.05, 3);
+  Walk s(t.space, prior, {}, 100, {}, 1);
+  for (int stages : {1, 2, 3, 4}) {
+    const Config c = SoftmaxAt(t, 2048, 8, stages);
+    s.TakeMeasured(Move{c, true}, MeasurementOf(t, c));
+  }
+  EXPECT_EQ(s.ranked_pairs(), 4);
+  EXPECT_EQ(s.ranked_comparisons(), 0);
+  EXPECT_EQ(s.rank_correlation(), 0.0);
+  // Configs whose times differ are compared: with the fast and slow blocks measured, every pair
+  // of a different block counts.
+  for (int block : {256, 16384}) {
+    const Config c = SoftmaxAt(t, block, 8, 1);
+    s.TakeMeasured(Move{c, true}, MeasurementOf(t, c));
+  }
+  EXPECT_GE(s.ranked_comparisons(), 5);
+  EXPECT_GT(s.rank_correlation(), 0.5);
+}
+
 TEST(WalkTrustTest, LowTrustTurnsJumpsIntoRandomSearchOverUntriedConfigs) {
   // A walk whose prior ranks the table backwards measures its predicted best first, sees the
   // ranking fail, and then spreads its jumps over the space; with a good prior the jumps stay among

@@ -210,8 +210,9 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // measurements on, the session first measures the best config's untried one-step neighbours
   // (one a round per walker, that is per measuring GPU, the most promising first), so that the
   // policy acts from local optima. On a family it has seen, the same while the measurements rank
-  // the prior worse than such a family's prior ranks (trust below climb_doubt): a new shape can
-  // be as new to the model as a new family.
+  // the prior worse than such a family's prior ranks (trust below climb_doubt, once at least
+  // TrustConfig::min_pairs pairs of measurements whose times differ were compared: ties are no
+  // evidence): a new shape can be as new to the model as a new family.
   const int64_t climb = options.Int("climb");
   const bool unseen = prior->trust < agent::kSeenFamilyTrust;
   const double climb_doubt = options.Get("climb_doubt");
@@ -245,7 +246,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     std::vector<std::string> why;  // Per config of the batch (Trial::why).
     std::unordered_set<uint64_t> chosen;
     std::vector<Config> batch;
-    const bool doubted = climb_doubt > 0 && walks[0].ranked_pairs() >= agent::TrustConfig{}.min_pairs &&
+    const bool doubted = climb_doubt > 0 && walks[0].ranked_comparisons() >= agent::TrustConfig{}.min_pairs &&
                          walks[0].trust() < climb_doubt;
     if (climb > 0 && (unseen || doubted) && evaluator.evals() >= climb) {
       auto unchecked = walks[0].UncheckedNeighbours(0, 0, climb_ridge);
@@ -441,9 +442,10 @@ StrategyInfo PpoStrategy() {
            {"static", "1: weigh what the compile stage knows of a measured config's one-step neighbours before "
                       "measuring them (one that did not compile within the device's limits is believed to fail; one "
                       "that did is not believed to fail because its neighbours did) (0: off; benchmarks/agent.md)", 1},
-           {"climb_doubt", "on a family the cost model has seen, climb (see `climb`) while the walk's trust in its prior "
-                           "is below this (0.8: the trust such a family starts with, so once the measurements rank the "
-                           "prior worse than it does on the shapes it was trained on; 0: never; benchmarks/agent.md)",
+           {"climb_doubt", "on a family the cost model has seen, climb (see `climb`) while the walk's trust in its prior, "
+                           "measured on three pairs of measurements whose times differ or more, is below this (0.8: the "
+                           "trust such a family starts with, so once the measurements rank the prior worse than it does "
+                           "on the shapes it was trained on; 0: never; benchmarks/agent.md)",
             agent::kSeenFamilyTrust},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "

@@ -264,10 +264,11 @@ TEST(PpoTest, OnAnUnseenFamilyTheSessionClimbsFromItsBestConfigBeforeThePolicyMo
 
 TEST(PpoTest, OnASeenFamilyTheSessionClimbsOnceItsMeasurementsRankThePriorWorseThanExpected) {
   // On the problems the agent was trained on, a session climbs (Trial::why "climb") only once its
-  // trust, measured on at least three measurements, fell below climb_doubt, and each climb step is a
-  // one-step neighbour of the best so far; with climb_doubt 0 it never climbs there. (Early
-  // measurements rank most priors worse than the default 0.8: the shipped agent's sessions of 30
-  // on its own tables all climbed, from the 4th measurement on.)
+  // trust, measured on at least three pairs of measurements whose times differ, fell below
+  // climb_doubt, and each climb step is a one-step neighbour of the best so far; with climb_doubt 0
+  // it never climbs there, nor where its trust never fell. (Early measurements rank most priors
+  // worse than the default 0.8: 86 of 102 sessions of 30 of the shipped agent on its own tables
+  // climbed, from the 5th measurement on in the median.)
   EnsureAgent();
   int doubted = 0, trusted = 0;
   for (size_t t = 0; t < Tables().size(); ++t) {
@@ -293,12 +294,21 @@ TEST(PpoTest, OnASeenFamilyTheSessionClimbsOnceItsMeasurementsRankThePriorWorseT
         }
         best_ms = std::min(best_ms, history[i].measurement.objective());
       }
-      (climbed ? doubted : trusted) += 1;
       for (const auto& trial : plain.history()) EXPECT_NE(trial.why, "climb") << Tables()[t].problem.Label();
+      if (climbed) {
+        ++doubted;
+      } else {
+        // Never doubted: the session is the one it was without climb_doubt.
+        ++trusted;
+        ASSERT_EQ(history.size(), plain.history().size());
+        for (size_t i = 0; i < history.size(); ++i)
+          EXPECT_EQ(history[i].config, plain.history()[i].config) << Tables()[t].problem.Label();
+      }
     }
   }
   std::printf("sessions of 12 on seen problems: %d climbed, %d did not\n", doubted, trusted);
-  EXPECT_GE(doubted, 8);
+  EXPECT_GE(doubted, 4);
+  EXPECT_GE(trusted, 4);
 }
 
 TEST(PpoTest, WithClimbAheadAStepThatPaidIsTakenAgainFirst) {

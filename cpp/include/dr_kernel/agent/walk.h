@@ -193,6 +193,10 @@ class Walk {
   // Probability that a jump now measures a uniformly random unmeasured config: (1 - trust)^2.
   double random_jump_probability() const;
   int ranked_pairs() const { return static_cast<int>(pair_predicted_.size()); }
+  // Pairs of measurements the rank correlation compared: those whose times differ by more than the
+  // tie margin and whose predictions differ. Below TrustConfig::min_pairs the correlation is 0
+  // for want of evidence, not because the beliefs rank badly.
+  int ranked_comparisons() const { return rank_compared_; }
 
   // A random jump draws this many untried configs uniformly and measures the one believed fastest
   // (1: uniform random search; more leans the search towards what the measurements suggest).
@@ -278,6 +282,7 @@ class Walk {
   // (belief just before measuring, measured log time) of ok measurements, and their correlation.
   std::vector<double> pair_predicted_, pair_measured_;
   double rank_correlation_ = 0;
+  int rank_compared_ = 0;
   TrustConfig trust_config_;
   mutable Rng rng_;
   mutable JumpKind jump_kind_ = JumpKind::kBelieved;
