@@ -203,7 +203,7 @@ class StaticStage:
 
     def ready(self, config: Mapping[str, Any]) -> StaticReport | None:
         """The static report of a config whose compile has finished, else None; never waits (it
-        collects the answers that have come in, and starts nothing)."""
+        collects the answers that have come in, as every poll of the pool does)."""
         key = _key(config)
         if key not in self.reports:
             self._take(self._poll(0))
@@ -560,7 +560,10 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         stage's verdicts are not trusted."""
         if static is None or not trusted[0]:
             return None
-        report = static.ready(config)
+        try:
+            report = static.ready(config)
+        except RuntimeError:  # The compile workers are gone: the next step says so and goes on without them.
+            return None
         if report is None:
             return None
         if measurable(report):

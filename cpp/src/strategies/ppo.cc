@@ -224,7 +224,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   std::optional<Config> best_before;  // The best config before the last round's measurements.
   // Static verdicts: what the environment knows of a config without measuring it (the session's
   // compile stage, which compiles the neighbours of what it measures ahead of need; a replayed
-  // table's recorded resources). Asked for the one-step neighbours of each measured config.
+  // table's recorded compile outcomes). Asked for the one-step neighbours of each measured config.
   const bool use_static = options.Get("static") > 0;
   auto learn_static = [&](const std::vector<Config>& measured) {
     if (!use_static) return;
@@ -439,13 +439,14 @@ StrategyInfo PpoStrategy() {
                            "promising valid config that also moves one other parameter one step (a block that may grow "
                            "only with its warps grows with them), and such a step that paid is taken again first "
                            "with climb_ahead (0: off; benchmarks/agent.md)", 1},
-           {"static", "1: weigh what the compile stage knows of a measured config's one-step neighbours before "
-                      "measuring them (one that did not compile within the device's limits is believed to fail; one "
-                      "that did is not believed to fail because its neighbours did) (0: off; benchmarks/agent.md)", 1},
-           {"climb_doubt", "on a family the cost model has seen, climb (see `climb`) while the walk's trust in its prior, "
-                           "measured on three pairs of measurements whose times differ or more, is below this (0.8: the "
-                           "trust such a family starts with, so once the measurements rank the prior worse than it does "
-                           "on the shapes it was trained on; 0: never; benchmarks/agent.md)",
+           {"static", "1: ask what the compile stage already knows of a measured config's one-step neighbours (it "
+                      "compiles them ahead of need; never waited for): one that did not compile within the device's "
+                      "limits is never measured, one that did is not believed to fail because its neighbours did (0: "
+                      "off; without a compile stage nothing is known; benchmarks/agent.md)", 1},
+           {"climb_doubt", "on a family the cost model has seen, climb (see `climb`) while the walk's trust in its prior "
+                           "is below this, once at least three pairs of measurements whose times differ were compared "
+                           "(0.8: the trust such a family starts with, so once the measurements rank the prior worse "
+                           "than on the shapes it was trained on; 0: never; benchmarks/agent.md)",
             agent::kSeenFamilyTrust},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
