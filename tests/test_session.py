@@ -279,6 +279,17 @@ def test_ppo_never_measures_a_config_the_compile_stage_had_already_refused(monke
             assert config not in measured[when:], (seed, config)
 
 
+def test_a_compile_stage_that_fails_when_asked_is_no_verdict_and_ends_no_session(monkeypatch):
+    def gone(self, config):
+        raise RuntimeError("the compile workers exited")
+
+    monkeypatch.setattr(StaticStage, "ready", gone)
+    stage = StaticStage(VerdictPool(), lambda config: CompileRequest("fake", dict(config)))
+    result = run_session(PROBLEM, make_space({"X": list(range(8)), "Y": [0, 1, 2]}), Counter(), static=stage,
+                         strategy="ppo", max_evals=10, seed=0)
+    assert result.evaluations == 10 and result.best_config is not None
+
+
 def test_the_compile_stage_answers_for_what_it_has_compiled_without_waiting():
     stage = StaticStage(VerdictPool(), lambda config: CompileRequest("fake", dict(config)))
     assert stage.ready({"X": 3}) is None
