@@ -323,10 +323,13 @@ std::vector<Config> Walk::UncheckedNeighbours(double near, size_t top, bool ridg
   for (uint64_t incumbent : incumbents) {
     const Config from = space_.FromIndex(incumbent);
     std::vector<Config> steps;
-    for (size_t p = 0; p < space_.num_params(); ++p)
-      for (int delta : {-1, 1})
-        if (auto c = ridge ? RidgeStep(from, p, delta) : space_.Move(from, p, delta); c && space_.IsValid(*c))
-          steps.push_back(std::move(*c));
+    if (!ridge) {
+      steps = space_.Neighbours(from);
+    } else {
+      for (size_t p = 0; p < space_.num_params(); ++p)
+        for (int delta : {-1, 1})
+          if (auto c = RidgeStep(from, p, delta)) steps.push_back(std::move(*c));  // Valid by construction.
+    }
     for (Config& c : steps) {
       const uint64_t index = space_.Index(c);
       if (measured_.count(index) || !seen.insert(index).second || Covered(c)) continue;
@@ -364,15 +367,15 @@ std::optional<Config> Walk::JumpTarget() const {
     int drawn = 0;
     for (int draw = 0; draw < 4 * kAvoidFailDraws && drawn < random_draws_; ++draw) {
       const uint64_t i = order[order_start_ + rng_.Below(left)];
-      if (measured_.count(i) || StaticallyFails(i) || (draw < kAvoidFailDraws && PFail(space_.FromIndex(i)) > 0.5) ||
-          Covered(space_.FromIndex(i)))
-        continue;
+      if (measured_.count(i) || StaticallyFails(i)) continue;
+      Config c = space_.FromIndex(i);
+      if ((draw < kAvoidFailDraws && PFail(c) > 0.5) || Covered(c)) continue;
       ++drawn;
       double mean = 0;
-      if (random_draws_ > 1) Beliefs(i, space_.Encode(space_.FromIndex(i)), &mean, nullptr, nullptr);
+      if (random_draws_ > 1) Beliefs(i, space_.Encode(c), &mean, nullptr, nullptr);
       if (!jump_ || mean < best_mean) {
         best_mean = mean;
-        jump_ = space_.FromIndex(i);
+        jump_ = std::move(c);
       }
     }
     if (jump_) return jump_;

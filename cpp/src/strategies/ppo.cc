@@ -229,14 +229,11 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   auto learn_static = [&](const std::vector<Config>& measured) {
     if (!use_static) return;
     for (const Config& from : measured) {
-      for (size_t p = 0; p < space.num_params(); ++p) {
-        for (int delta : {-1, 1}) {
-          auto c = space.Move(from, p, delta);
-          if (!c || !space.IsValid(*c) || walks[0].HasStaticVerdict(*c) || walks[0].Measured(*c)) continue;
-          const auto seen = evaluator.env().Observe(*c);
-          if (!seen) continue;
-          for (auto& w : walks) w.SetStaticVerdict(*c, seen->status == Status::kOk);
-        }
+      for (const Config& c : space.Neighbours(from)) {
+        if (walks[0].HasStaticVerdict(c) || walks[0].Measured(c)) continue;
+        const auto seen = evaluator.env().Observe(c);
+        if (!seen) continue;
+        for (auto& w : walks) w.SetStaticVerdict(c, seen->status == Status::kOk);
       }
     }
   };
@@ -443,10 +440,10 @@ StrategyInfo PpoStrategy() {
                       "compiles them ahead of need; never waited for): one that did not compile within the device's "
                       "limits is never measured, one that did is not believed to fail because its neighbours did (0: "
                       "off; without a compile stage nothing is known; benchmarks/agent.md)", 1},
-           {"climb_doubt", "on a family the cost model has seen, climb (see `climb`) while the walk's trust in its prior "
-                           "is below this, once at least three pairs of measurements whose times differ were compared "
-                           "(0.8: the trust such a family starts with, so once the measurements rank the prior worse "
-                           "than on the shapes it was trained on; 0: never; benchmarks/agent.md)",
+           {"climb_doubt", "on a family the cost model has seen, climb (see `climb`) while the walk's trust in its "
+                           "prior is below this, once at least three pairs of measurements whose times differ were "
+                           "compared (0.8: the trust such a family starts with, so once the measurements rank the prior "
+                           "worse than on the shapes it was trained on; 0: never; benchmarks/agent.md)",
             agent::kSeenFamilyTrust},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "

@@ -34,6 +34,19 @@ void EnsureAgent() {
   (void)trained;
 }
 
+// Whether trial `i` of a session is a one-step neighbour of a config that was the best before it
+// (of one of them, where times tie).
+bool NextToABestBefore(const Space& space, const std::vector<Trial>& history, size_t i) {
+  double best_ms = kInf;
+  for (size_t j = 0; j < i; ++j) best_ms = std::min(best_ms, history[j].measurement.objective());
+  for (size_t j = 0; j < i; ++j) {
+    if (!(history[j].measurement.objective() == best_ms)) continue;
+    const auto around = space.Neighbours(history[j].config);
+    if (std::find(around.begin(), around.end(), history[i].config) != around.end()) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> Names() {
   std::vector<std::string> names;
   for (const auto& s : Strategies()) names.push_back(s.name);
@@ -232,24 +245,9 @@ TEST(PpoTest, OnAnUnseenFamilyTheSessionClimbsFromItsBestConfigBeforeThePolicyMo
     ReplayEnv env(unseen);
     Evaluator climbing(env, Budget{30});
     RunStrategy("ppo", climbing, 5, {{"climb", 2}});
-    const Space& space = env.space();
     const auto& history = climbing.history();
-    double best_ms = kInf;
     int neighbours = 0;
-    for (size_t i = 0; i < history.size(); ++i) {
-      if (i >= 2) {
-        // A neighbour of the best so far (of one of them, where times tie).
-        bool near = false;
-        for (size_t j = 0; j < i && !near; ++j) {
-          if (!(history[j].measurement.objective() == best_ms)) continue;
-          const auto around = space.Neighbours(history[j].config);
-          near = std::find(around.begin(), around.end(), history[i].config) != around.end();
-        }
-        if (!near) break;
-        ++neighbours;
-      }
-      best_ms = std::min(best_ms, history[i].measurement.objective());
-    }
+    for (size_t i = 2; i < history.size() && NextToABestBefore(env.space(), history, i); ++i) ++neighbours;
     EXPECT_GE(neighbours, 4) << unseen.problem.Label();
 
     ReplayEnv seen_env(Tables()[t]), plain_env(Tables()[t]);
@@ -279,20 +277,12 @@ TEST(PpoTest, OnASeenFamilyTheSessionClimbsOnceItsMeasurementsRankThePriorWorseT
       RunStrategy("ppo", plain, seed, {{"climb_doubt", 0}});
       const auto& history = session.history();
       bool climbed = false;
-      double best_ms = kInf;
       for (size_t i = 0; i < history.size(); ++i) {
-        if (history[i].why == "climb") {
-          climbed = true;
-          bool near = false;
-          for (size_t j = 0; j < i && !near; ++j) {
-            if (!(history[j].measurement.objective() == best_ms)) continue;
-            const auto around = env.space().Neighbours(history[j].config);
-            near = std::find(around.begin(), around.end(), history[i].config) != around.end();
-          }
-          EXPECT_TRUE(near) << Tables()[t].problem.Label() << " evaluation " << i + 1;
-          EXPECT_GE(i, 3u) << "a climb before the trust was measured on " << Tables()[t].problem.Label();
-        }
-        best_ms = std::min(best_ms, history[i].measurement.objective());
+        if (history[i].why != "climb") continue;
+        climbed = true;
+        EXPECT_TRUE(NextToABestBefore(env.space(), history, i))
+            << Tables()[t].problem.Label() << " evaluation " << i + 1;
+        EXPECT_GE(i, 3u) << "a climb before the trust was measured on " << Tables()[t].problem.Label();
       }
       for (const auto& trial : plain.history()) EXPECT_NE(trial.why, "climb") << Tables()[t].problem.Label();
       if (climbed) {
