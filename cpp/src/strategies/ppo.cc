@@ -442,8 +442,8 @@ StrategyInfo PpoStrategy() {
                       "off; without a compile stage nothing is known; benchmarks/agent.md)", 1},
            {"climb_doubt", "on a family the cost model has seen, climb (see `climb`) while the walk's trust in its "
                            "prior is below this, once at least three pairs of measurements whose times differ were "
-                           "compared (0.8: the trust such a family starts with, so once the measurements rank the prior "
-                           "worse than on the shapes it was trained on; 0: never; benchmarks/agent.md)",
+                           "compared (0.8: the trust such a family starts with, so once the measurements rank the "
+                           "prior worse than on the shapes it was trained on; 0: never; benchmarks/agent.md)",
             agent::kSeenFamilyTrust},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
