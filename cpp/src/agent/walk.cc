@@ -23,8 +23,6 @@ constexpr double kFailWeight = 2.0;
 constexpr int kMaxFreeStreak = 3;
 // Unmeasured candidates a jump compares after correcting their predictions.
 constexpr int kJumpCandidates = 48;
-// Measured times closer than this (log) are a tie for the rank correlation: timing noise, not rank.
-constexpr double kTieLog = 0.05;
 // Scale of the Thompson-style noise on a jump's score, in units of the belief's uncertainty.
 constexpr double kThompson = 0.25;
 // Draws a random jump makes before it accepts a config the prior expects to fail.
@@ -443,11 +441,8 @@ std::vector<uint8_t> Walk::Mask() const {
   return mask;
 }
 
-namespace {
-
-// Kendall's rank correlation of (predicted, measured) over the pairs whose measured times differ by
-// more than kTieLog, turned into the Pearson scale by sin(pi/2 tau) (exact for Gaussian data), so
-// that trust reads like a correlation; 0 with fewer than `min_pairs` such pairs.
+// Turned into the Pearson scale by sin(pi/2 tau) (exact for Gaussian data), so that trust reads
+// like a correlation.
 double RankCorrelation(const std::vector<double>& predicted, const std::vector<double>& measured, int min_pairs,
                        int* compared) {
   double concordant = 0, discordant = 0;
@@ -464,8 +459,6 @@ double RankCorrelation(const std::vector<double>& predicted, const std::vector<d
   const double tau = (concordant - discordant) / (concordant + discordant);
   return std::sin(1.5707963267948966 * tau);
 }
-
-}  // namespace
 
 void Walk::Observe(const Config& config, const Measurement& m) {
   const uint64_t index = space_.Index(config);

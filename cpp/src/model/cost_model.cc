@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -312,6 +314,42 @@ void CostModel::Update(const Problem& problem, const std::vector<std::pair<Named
                        double weight) {
   for (const auto& [config, m] : batch) Add(problem, config, m, weight);
   Fit();
+}
+
+std::unique_ptr<CostModel> CostModel::WithoutFamily(const std::string& family) const {
+  auto out = std::make_unique<CostModel>(options_, extractor_.device());
+  out->problem_counters_ = problem_counters_;
+  const size_t ntf = TimeFeatureCount(), nf = FeatureExtractor::size();
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (rows_[i].family == family) continue;
+    out->rows_.push_back(rows_[i]);
+    out->time_x_.insert(out->time_x_.end(), time_x_.begin() + i * ntf, time_x_.begin() + (i + 1) * ntf);
+    out->failure_x_.insert(out->failure_x_.end(), failure_x_.begin() + i * nf, failure_x_.begin() + (i + 1) * nf);
+  }
+  std::copy_if(families_.begin(), families_.end(), std::back_inserter(out->families_),
+               [&](const std::string& f) { return f != family; });
+  if (out->num_ok_rows() == 0) return nullptr;
+  out->Fit();
+  return out;
+}
+
+size_t CostModel::FamilyShapes(const std::string& family) const {
+  static const std::vector<size_t> kShapeFeatures = [] {
+    std::vector<size_t> out;
+    for (int i = 0; i < feature::kMaxShapeSlots; ++i) out.push_back(FeatureIndex("shape" + std::to_string(i) + "_log2"));
+    out.push_back(FeatureIndex("problem_flops_log2"));
+    out.push_back(FeatureIndex("problem_bytes_log2"));
+    return out;
+  }();
+  const size_t nf = FeatureExtractor::size();
+  std::set<std::vector<double>> shapes;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (rows_[i].family != family) continue;
+    std::vector<double> shape;
+    for (size_t f : kShapeFeatures) shape.push_back(failure_x_[i * nf + f]);
+    shapes.insert(std::move(shape));
+  }
+  return shapes.size();
 }
 
 bool CostModel::FamilySeen(const std::string& family) const {

@@ -249,6 +249,47 @@ TEST(CostModelTest, UnseenFamilyFallsBackToTheAnalyticTime) {
   EXPECT_THROW(CostModel(SmallOptions()).Predict(in), std::logic_error);
 }
 
+TEST(CostModelTest, WithoutAFamilyIsTheModelFittedOnTheOtherFamiliesRows) {
+  // The same options and rows in the same order, the family's left out: the same trees, so the
+  // same predictions as a model fitted on the other families' tables from the start, on any family.
+  const auto matmul = Tables({"matmul"});
+  const auto softmax = Tables({"softmax"});
+  CostModel both(SmallOptions()), softmax_only(SmallOptions());
+  both.Add(matmul[0]);
+  for (const auto& t : softmax) {
+    both.Add(t);
+    softmax_only.Add(t);
+  }
+  both.Fit();
+  softmax_only.Fit();
+  const auto without = both.WithoutFamily("matmul");
+  ASSERT_NE(without, nullptr);
+  EXPECT_FALSE(without->FamilySeen("matmul"));
+  EXPECT_TRUE(without->FamilySeen("softmax"));
+  EXPECT_TRUE(both.FamilySeen("matmul"));  // The model asked is left as it was.
+  EXPECT_EQ(both.FamilyShapes("matmul"), 1u);
+  EXPECT_EQ(both.FamilyShapes("softmax"), softmax.size());
+  EXPECT_EQ(without->FamilyShapes("matmul"), 0u);
+  EXPECT_EQ(without->FamilyShapes("softmax"), softmax.size());
+  EXPECT_EQ(without->num_rows(), softmax_only.num_rows());
+  for (const ProblemTable* t : {&matmul[1], &softmax[0]}) {
+    for (size_t i = 0; i < t->rows.size(); i += 7) {
+      const auto a = without->Predict(t->problem, t->rows[i].config);
+      const auto b = softmax_only.Predict(t->problem, t->rows[i].config);
+      EXPECT_DOUBLE_EQ(a.log_ms, b.log_ms) << t->problem.Label();
+      EXPECT_DOUBLE_EQ(a.p_fail, b.p_fail) << t->problem.Label();
+    }
+  }
+  // The matmul shape is now predicted as a family never seen: from its analytic time.
+  const ModelInput in = without->Input(matmul[1].problem, matmul[1].rows[0].config);
+  EXPECT_DOUBLE_EQ(without->Predict(in).log_ms, in.log_offset);
+  // Nothing left to fit on: no model.
+  CostModel only_matmul(SmallOptions());
+  only_matmul.Add(matmul[0]);
+  only_matmul.Fit();
+  EXPECT_EQ(only_matmul.WithoutFamily("matmul"), nullptr);
+}
+
 // The figure the whole agent rests on: ranking the configs of a matmul shape the model never saw.
 // Measured with the default options (benchmarks/cost_model.md): Spearman 0.87 / 0.98 / 0.86 / 0.98
 // for 1024^3, 8192x2048x1024, 16x4096x4096, 4096^3 (over five seeds 0.86-0.98). The thresholds

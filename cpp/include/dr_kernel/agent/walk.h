@@ -101,7 +101,7 @@ struct StepReward {
 // How a walk weighs its prior against its measurements.
 //
 // After every measurement the walk compares what it believed of the config just before
-// measuring it (Predict) with what it measured: the Spearman rank correlation over those pairs
+// measuring it (Predict) with what it measured: the rank correlation over those pairs
 // says how well its beliefs rank this problem's configs. Trust is that correlation (negative
 // counts as 0) shrunk towards the prior's own trust by `shrink` pseudo-pairs. With trust t, a jump
 // measures a uniformly random unmeasured config with probability (1 - t)^2 (or the one believed
@@ -112,6 +112,16 @@ struct StepReward {
 // prior's best guess. Predicted
 // differences in the observation are scaled by t. At t = 0 every jump after the first is random
 // search over the untried configs.
+// Measured times closer than this (log) are a tie for the rank correlation: timing noise, not rank.
+inline constexpr double kTieLog = 0.05;
+
+// How well `predicted` ranks `measured` (log times, paired): Kendall's tau over the pairs whose
+// measured times differ by more than the tie margin (timing noise) and whose predictions differ,
+// on the correlation scale (sin(pi/2 tau)); 0 with fewer than `min_pairs` such pairs, whose number
+// `compared` receives. What Walk::trust() is made of.
+double RankCorrelation(const std::vector<double>& predicted, const std::vector<double>& measured, int min_pairs,
+                       int* compared);
+
 struct TrustConfig {
   double shrink = 4;   // Pseudo-pairs at Prior::trust.
   int min_pairs = 3;   // Pairs before the measured correlation counts at all.
@@ -185,8 +195,8 @@ class Walk {
   // With `ridge`, a neighbour that breaks a constraint is replaced by its RidgeStep.
   std::vector<Config> UncheckedNeighbours(double near = 0, size_t top = 0, bool ridge = false) const;
 
-  // Spearman rank correlation between predictions made just before measuring and the measured
-  // times, over the ok measurements (0 with fewer than TrustConfig::min_pairs of them).
+  // RankCorrelation of the predictions made just before measuring with the measured times, over
+  // the ok measurements (0 with fewer than TrustConfig::min_pairs informative pairs).
   double rank_correlation() const;
   // The walk's trust in its prior, in [0, 1] (see TrustConfig).
   double trust() const;

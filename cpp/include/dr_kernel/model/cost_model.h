@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <istream>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -119,6 +120,16 @@ class CostModel {
   void Update(const Problem& problem, const std::vector<std::pair<NamedValues, Measurement>>& batch,
               double weight = 1.0);
 
+  // A model of the same options and device fitted on this one's rows of every other family: what
+  // it would predict for `family` had it never seen it (its analytic estimate, or what other
+  // families teach). Null when no ok row of another family is left.
+  std::unique_ptr<CostModel> WithoutFamily(const std::string& family) const;
+  // True when some training row is of `family`.
+  bool FamilySeen(const std::string& family) const;
+  // How many problems of `family` the rows are of, told apart by the shape and size features they
+  // carry (problems that differ in dtype only count once; 0 for a family never seen).
+  size_t FamilyShapes(const std::string& family) const;
+
   bool fitted() const { return !members_.empty(); }
   size_t num_rows() const { return rows_.size(); }
   size_t num_ok_rows() const;
@@ -155,8 +166,6 @@ class CostModel {
     double weight;
   };
 
-  // True when some training row is of `family`.
-  bool FamilySeen(const std::string& family) const;
   // Features of one time row: the extractor's, plus the counter features when used.
   size_t TimeFeatureCount() const;
 
