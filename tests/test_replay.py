@@ -81,14 +81,17 @@ def test_ppo_asks_what_compiling_told_of_the_neighbours_and_never_measures_one_t
 
         _core.tune(deep.problem, space, measure_and_note, "ppo", max_evals=40, max_seconds=math.inf, seed=0,
                    options=options, observe=observe)
-        return asked, measured
+        return asked, measured, refused
 
-    asked, measured = run({})
+    asked, measured, refused = run({})
     assert len(measured) == 40 and asked
-    # Asked about one-step neighbours of configs measured before, and nothing it was told fails
-    # to compile was measured after.
+    # Asked about configs measured before (which binary they are) and their one-step neighbours,
+    # or about a move's or jump's config before measuring it (measured next, or refused and not
+    # measured), and nothing it was told fails to compile was measured after.
     for config, before in asked:
-        assert any(config in space.neighbours(c) for c, _ in measured[:before]), config
+        near = any(config == c or config in space.neighbours(c) for c, _ in measured[:before])
+        proposed = before < len(measured) and measured[before][0] == config
+        assert near or proposed or tuple(sorted(config.items())) in refused, config
     assert not any(told for _, told in measured)
     assert run({"static": 0})[0] == []
 

@@ -279,6 +279,24 @@ def test_ppo_never_measures_a_config_the_compile_stage_had_already_refused(monke
             assert config not in measured[when:], (seed, config)
 
 
+def test_ppo_spends_fewer_evaluations_on_binaries_it_has_measured_once_the_stage_says_so():
+    # pretend_compile gives X=0 and X=1 one binary whatever Y (Y changes nothing that is compiled):
+    # a config of a binary measured before is a copy, an evaluation that tells nothing new. The
+    # stage tells ppo which binary each compiled neighbour is; without that (static=0) it learns
+    # only from copies measured ("inert" after two of them).
+    copies = {}
+    for verdicts in (0, 1):
+        copies[verdicts] = 0
+        for seed in range(6):
+            stage = StaticStage(VerdictPool(), lambda config: CompileRequest("fake", dict(config)))
+            result = run_session(PROBLEM, make_space({"X": list(range(8)), "Y": [0, 1, 2, 3]}), Counter(),
+                                 static=stage, strategy="ppo", max_evals=12, seed=seed, options={"static": verdicts})
+            # With the binaries told, a session may end early: nothing left but copies.
+            assert result.evaluations <= 12
+            copies[verdicts] += result.copied
+    assert copies[1] < copies[0], copies
+
+
 def test_a_compile_stage_that_fails_when_asked_is_no_verdict_and_ends_no_session(monkeypatch):
     def gone(self, config):
         raise RuntimeError("the compile workers exited")

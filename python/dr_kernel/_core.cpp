@@ -108,6 +108,7 @@ Measurement ToMeasurement(const nb::dict& d) {
   if (d.contains("shared") && !d["shared"].is_none()) m.shared = nb::cast<int64_t>(d["shared"]);
   if (d.contains("error") && !d["error"].is_none()) m.error = nb::cast<std::string>(d["error"]);
   if (d.contains("counters") && !d["counters"].is_none()) m.counters = ToNamed(nb::cast<nb::dict>(d["counters"]));
+  if (d.contains("binary") && !d["binary"].is_none()) m.binary = nb::cast<uint64_t>(d["binary"]);
   return m;
 }
 
@@ -395,8 +396,8 @@ NB_MODULE(_core, m) {
   // A tuning session whose measurements come from Python: measure(list of config dicts) returns a
   // list of (measurement dict, cost seconds); on_trial(config, measurement, elapsed_s) sees each one;
   // observe(config dict) returns what is known of a config without measuring it (a measurement dict
-  // whose status is "ok" when it compiled within the device's limits, or the compile failure), or
-  // None when nothing is known yet.
+  // whose status is "ok" when it compiled within the device's limits, with "binary" an integer that
+  // configs of one binary share, or the compile failure), or None when nothing is known yet.
   m.def("tune", [](const nb::dict& problem, const Space& space, nb::callable measure, const std::string& strategy,
                    int64_t max_evals, double max_seconds, uint64_t seed, const std::map<std::string, double>& options,
                    nb::object on_trial, nb::object observe) {

@@ -555,9 +555,10 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
 
     def observe(config: dict) -> dict | None:
         """What the compile stage already knows of a config, for the strategy to weigh before it
-        proposes it (ppo's `static`): "ok" when it compiled within the device's limits, else the
-        refusal; None while it is not compiled (this never waits for a compile) or when the
-        stage's verdicts are not trusted."""
+        proposes it (ppo's `static`): "ok" when it compiled within the device's limits, with its
+        binary's identity (configs of one binary share one measurement: the strategy does not ask
+        for a second), else the refusal; None while it is not compiled (this never waits for a
+        compile) or when the stage's verdicts are not trusted."""
         if static is None or not trusted[0]:
             return None
         try:
@@ -567,7 +568,9 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         if report is None:
             return None
         if measurable(report):
-            return {"status": "ok", **static_fields(report)}
+            binary = binary_of(config, report)
+            identity = {"binary": (hash(binary) & 0xFFFF_FFFF_FFFF_FFFF) or 1} if binary is not None else {}
+            return {"status": "ok", **static_fields(report), **identity}
         refused = refusal(report)
         if not trust_compile_errors and refused["status"] == "compile_error":
             return None  # Compiled from an inferred description: the device may still run it.

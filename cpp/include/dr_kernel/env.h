@@ -82,6 +82,9 @@ class ReplayEnv : public Env {
   ReplayCost cost_;
   Space space_;
   std::unordered_map<uint64_t, const Measurement*> rows_;  // Space::Index -> recorded row.
+  // Space::Index -> Measurement::binary that compiling it tells: one id per binary the recording
+  // measured, shared by the rows it says compiled to it ("same_binary_as").
+  std::unordered_map<uint64_t, uint64_t> binaries_;
   double oracle_ms_;
 };
 

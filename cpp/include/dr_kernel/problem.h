@@ -70,6 +70,10 @@ struct Measurement {
   // --profile reads them: achieved occupancy, L2 hit rate, throughputs, stall reasons), in the order
   // read; empty when the launch was not profiled.
   NamedValues counters;
+  // Which compiled binary (with its launch settings) the config runs, when a compile stage told:
+  // configs with the same nonzero value run the same kernel, so one time serves them all (0:
+  // not known).
+  uint64_t binary = 0;
 
   bool ok() const { return status == Status::kOk; }
   // The time a tuner compares: ms for ok measurements, +inf otherwise.

@@ -25,6 +25,9 @@ struct TableRow {
   NamedValues config;
   Measurement measurement;
   double t = kNaN;  // Seconds since the recording started, when recorded.
+  // The config measured earlier whose binary this one compiled to (its result a copy of that
+  // one's), when the recording says so ("same_binary_as"); empty otherwise.
+  NamedValues same_binary_as;
 };
 
 // Every recorded row of one problem.

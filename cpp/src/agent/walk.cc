@@ -125,6 +125,11 @@ void Walk::UpdateInert() {
 bool Walk::Inert(size_t param) const { return param < inert_.size() && inert_[param]; }
 
 bool Walk::Covered(const Config& config) const {
+  if (!measured_binaries_.empty()) {
+    const uint64_t index = space_.Index(config);
+    const auto it = binary_of_.find(index);
+    if (it != binary_of_.end() && !measured_.count(index) && measured_binaries_.count(it->second)) return true;
+  }
   if (!any_inert_) return false;
   for (const Config& m : ok_configs_) {
     bool same = true;
@@ -173,6 +178,17 @@ void Walk::Beliefs(uint64_t index, const std::vector<double>& here, double* mean
 bool Walk::StaticallyFails(uint64_t index) const {
   const auto it = static_fits_.find(index);
   return it != static_fits_.end() && !it->second;
+}
+
+void Walk::SetBinary(const Config& config, uint64_t binary) {
+  if (binary == 0) return;
+  const uint64_t index = space_.Index(config);
+  binary_of_[index] = binary;
+  if (measured_.count(index)) {
+    if (measured_binaries_.insert(binary).second) jump_known_ = false;  // Configs of it are covered now.
+  } else if (measured_binaries_.count(binary)) {
+    jump_known_ = false;  // This config is covered now.
+  }
 }
 
 void Walk::SetStaticVerdict(const Config& config, bool compiles) {
@@ -484,6 +500,8 @@ void Walk::Observe(const Config& config, const Measurement& m) {
     UpdateInert();
   }
   measured_[index] = {ok, log_ms, m.n_regs, m.n_spills, m.shared};
+  if (m.binary != 0) binary_of_[index] = m.binary;
+  if (const auto it = binary_of_.find(index); it != binary_of_.end()) measured_binaries_.insert(it->second);
   jump_known_ = false;
   outcome_at_.push_back(space_.Encode(config));
   outcome_index_.push_back(index);

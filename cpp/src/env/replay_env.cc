@@ -58,7 +58,10 @@ ReplayEnv::ReplayEnv(const ProblemTable& table, ReplayCost cost)
     : table_(table), cost_(cost), space_(SpaceOfTable(table)), oracle_ms_(table.oracle_ms()) {
   for (const auto& row : table_.rows) {
     const auto config = space_.Find(row.config);
-    rows_.emplace(space_.Index(*config), &row.measurement);  // A repeated config keeps its first row.
+    const uint64_t index = space_.Index(*config);
+    rows_.emplace(index, &row.measurement);  // A repeated config keeps its first row.
+    const auto leader = row.same_binary_as.empty() ? std::nullopt : space_.Find(row.same_binary_as);
+    binaries_.emplace(index, (leader ? space_.Index(*leader) : index) + 1);
   }
 }
 
@@ -110,6 +113,7 @@ std::optional<Measurement> ReplayEnv::Observe(const Config& config) const {
   const bool static_failure = m->status == Status::kOutOfResources || m->status == Status::kCompileError ||
                               m->status == Status::kCompileTimeout;
   features.status = static_failure ? m->status : Status::kOk;
+  if (!static_failure) features.binary = binaries_.at(space_.Index(config));
   return features;
 }
 

@@ -220,6 +220,8 @@ std::vector<ProblemTable> ParseTables(std::istream& in, const std::string& name)
       if (row.contains("counters") && !row["counters"].is_null()) m.counters = r.Object(row, "counters");
       if (m.ok() && !(m.ms > 0)) r.Fail("an 'ok' row needs a positive 'ms'");
       out.t = r.Number(row, "t");
+      if (row.contains("same_binary_as") && !row["same_binary_as"].is_null())
+        out.same_binary_as = r.Object(row, "same_binary_as");
       table.rows.push_back(std::move(out));
     } else if (type == "space") {
       const json& list = r.Field(row, "constraints");
@@ -318,6 +320,7 @@ std::string MeasureRowJson(const Problem& problem, const TableRow& row) {
   PutNumber(out, "ms_p80", m.ms_p80);
   if (!m.error.empty()) out += ",\"error\":" + ToJson(Value(m.error));
   if (!m.counters.empty()) out += ",\"counters\":" + ToJson(m.counters);
+  if (!row.same_binary_as.empty()) out += ",\"same_binary_as\":" + ToJson(row.same_binary_as);
   PutNumber(out, "t", row.t);
   return out + "}";
 }

@@ -194,8 +194,8 @@ PriorComparison ComparePriors(const agent::Prior& first, const agent::Prior& sec
 // leave-one-problem-out, the model ranked the held-out shape's configs worse (Spearman) than one
 // that never saw the family on 6 of the 16 problems of families with one or two other shapes
 // (fp8_matmul 0.05 against 0.60, layernorm 3001x5120 0.07 against 0.82, cumsum), and on 2 of the
-// 18 of families with five (matmul 16x4096x4096 0.63 against 0.80, 64x4095x8192 0.46 against
-// 0.48); benchmarks/agent.md. (The shipped model has two shapes of fp8_matmul, cumsum, cross_entropy,
+// 18 of families with four or five (matmul 16x4096x4096 0.63 against 0.80, 64x4095x8192 0.46
+// against 0.48); `cost_model_eval --family-unseen 1`, benchmarks/cost_model.md. (The shipped model has two shapes of fp8_matmul, cumsum, cross_entropy,
 // grouped_matmul and rmsnorm, three of layernorm and layernorm_bwd.)
 constexpr size_t kThinFamilyShapes = 3;
 
@@ -299,14 +299,37 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // compile stage, which compiles the neighbours of what it measures ahead of need; a replayed
   // table's recorded compile outcomes). Asked for the one-step neighbours of each measured config.
   const bool use_static = options.Get("static") > 0;
+  // It also tells which configs compile to one binary: a neighbour whose binary was measured is
+  // covered (its time is known) and never measured again. A move's or jump's config is asked too
+  // before it is measured (known_already): one the stage refuses or has measured the binary of is
+  // not, and the walk chooses again (it is masked now).
+  const bool use_binaries = use_static && options.Get("binaries") > 0;
+  auto known_already = [&](const Config& c) {
+    if (!use_binaries) return false;
+    if (!walks[0].HasBinary(c) && !walks[0].HasStaticVerdict(c) && !walks[0].Measured(c)) {
+      const auto seen = evaluator.env().Observe(c);
+      if (!seen) return false;
+      for (auto& w : walks) {
+        if (seen->status != Status::kOk) w.SetStaticVerdict(c, false);
+        w.SetBinary(c, seen->binary);
+      }
+    }
+    return !walks[0].Measured(c) && (walks[0].StaticallyFails(space.Index(c)) || walks[0].Covered(c));
+  };
   auto learn_static = [&](const std::vector<Config>& measured) {
     if (!use_static) return;
     for (const Config& from : measured) {
+      if (use_binaries && !walks[0].HasBinary(from))
+        if (const auto seen = evaluator.env().Observe(from); seen && seen->binary != 0)
+          for (auto& w : walks) w.SetBinary(from, seen->binary);
       for (const Config& c : space.Neighbours(from)) {
         if (walks[0].HasStaticVerdict(c) || walks[0].Measured(c)) continue;
         const auto seen = evaluator.env().Observe(c);
         if (!seen) continue;
-        for (auto& w : walks) w.SetStaticVerdict(c, seen->status == Status::kOk);
+        for (auto& w : walks) {
+          w.SetStaticVerdict(c, seen->status == Status::kOk);
+          if (use_binaries) w.SetBinary(c, seen->binary);
+        }
       }
     }
   };
@@ -391,6 +414,10 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
           if (learn) Reward(&decisions[w], r);
           continue;
         }
+        if (known_already(move->config)) {
+          if (learn) decisions[w].pop_back();  // Masked now: the policy chooses again.
+          continue;
+        }
         if (chosen.insert(space.Index(move->config)).second) {
           proposals.emplace_back(w, *move);
           proposals_from_policy.push_back(true);
@@ -405,6 +432,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       const bool proposed = !proposals.empty() && proposals.back().first == w;
       if (!proposed) {
         auto jump = s.Resolve(agent::kJump);
+        while (jump && known_already(jump->config)) jump = s.Resolve(agent::kJump);
         std::string jump_why = jump ? JumpWhy(s) : std::string();
         if (jump && !chosen.insert(space.Index(jump->config)).second) {
           // Another walker measures this walker's jump target this round (their beliefs agree):
@@ -564,6 +592,9 @@ StrategyInfo PpoStrategy() {
                       "compiles them ahead of need; never waited for): one that did not compile within the device's "
                       "limits is never measured, one that did is not believed to fail because its neighbours did (0: "
                       "off; without a compile stage nothing is known; benchmarks/agent.md)", 1},
+           {"binaries", "with static: a config the compile stage says compiles to the binary of a config measured "
+                        "already (a parameter the compiler ignores, such as num_stages of a kernel without a loop) "
+                        "is never measured: its time is that one's (0: off; benchmarks/agent.md)", 1},
            {"climb_doubt", "on a family the cost model has seen, climb (see `climb`) while the walk's trust in its "
                            "prior is below this, once at least three pairs of measurements whose times differ were "
                            "compared (0.8: the trust such a family starts with, so once the measurements rank the "

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "dr_kernel/agent/agent.h"
@@ -500,6 +501,34 @@ TEST(PpoTest, WithClimbRidgeTheClimbFollowsTheConstraintsWhereAOneStepMoveBreaks
     for (int64_t i = 0; i < ridge.evals(); ++i)
       EXPECT_EQ(ridge.history()[i].config, plain.history()[i].config) << unseen.problem.Label();
   }
+}
+
+TEST(PpoTest, WithStaticNoSessionMeasuresABinaryTwice) {
+  // rmsnorm 16384x8192 (bf16): num_stages changes nothing the compiler emits for a kernel without a
+  // loop, and the recording says which configs compiled to the binary of one measured before
+  // ("same_binary_as"; ReplayEnv::Observe tells it, as a session's compile stage knows it of what
+  // it compiled). With binaries (the default) a session never measures a second config of a binary;
+  // without, it measures such copies until it has seen two and calls the parameter inert.
+  EnsureAgent();
+  const ProblemTable table = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/rmsnorm_16384x8192_bf16.jsonl"})[0];
+  std::map<NamedValues, NamedValues> leader;
+  for (const auto& row : table.rows) leader[row.config] = row.same_binary_as.empty() ? row.config : row.same_binary_as;
+  auto copies = [&](double binaries, uint64_t seed) {
+    ReplayEnv env(table);
+    Evaluator session(env, Budget{30});
+    RunStrategy("ppo", session, seed, {{"binaries", binaries}});
+    std::set<NamedValues> seen;
+    int n = 0;
+    for (const auto& trial : session.history()) n += !seen.insert(leader.at(env.space().Named(trial.config))).second;
+    return n;
+  };
+  int with = 0, without = 0;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    with += copies(1, seed);
+    without += copies(0, seed);
+  }
+  EXPECT_EQ(with, 0);
+  EXPECT_GT(without, 0);
 }
 
 TEST(PpoTest, WithStaticTheSessionMeasuresNoNeighbourThatFailedToCompileWithinTheLimits) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "dr_kernel/problem.h"
@@ -230,8 +231,16 @@ class Walk {
   // prior and the measurements.
   void SetStaticVerdict(const Config& config, bool compiles);
   bool HasStaticVerdict(const Config& config) const { return static_fits_.count(space_.Index(config)) != 0; }
-  // Whether an unmeasured config differs from a measured one only in inert parameters: measuring
-  // it would time a binary already timed. Moves onto it are masked and jumps pass it over.
+  // Whether the verdict on the config of this index (Space::Index) is that it does not compile
+  // within the limits.
+  bool StaticallyFails(uint64_t index) const;
+  // What compiling a config told of its binary (Measurement::binary, nonzero): configs of one
+  // binary run the same kernel, so once one of them is measured the others are covered.
+  void SetBinary(const Config& config, uint64_t binary);
+  bool HasBinary(const Config& config) const { return binary_of_.count(space_.Index(config)) != 0; }
+  // Whether an unmeasured config would time a binary already timed: it compiles to the binary of a
+  // measured config, or differs from a measured one only in inert parameters. Moves onto it are
+  // masked and jumps pass it over.
   bool Covered(const Config& config) const;
 
   bool has_position() const { return has_position_; }
@@ -272,10 +281,11 @@ class Walk {
   std::vector<int> same_pairs_, differing_pairs_;
   int inert_pairs_ = 0;
   std::unordered_map<uint64_t, uint8_t> static_fits_;  // Config index -> compiles (SetStaticVerdict).
-  bool StaticallyFails(uint64_t index) const;
   int random_draws_ = 1;
   std::vector<uint8_t> inert_;  // Inert(p) by parameter, as of the last measurement.
   bool any_inert_ = false;
+  std::unordered_map<uint64_t, uint64_t> binary_of_;  // Space::Index -> binary, where told (SetBinary).
+  std::unordered_set<uint64_t> measured_binaries_;    // Binaries of the configs measured.
   void UpdateInert();
   std::vector<Config> ok_configs_;
   // Residuals of ok measurements against the prior, for the online correction.
