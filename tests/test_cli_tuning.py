@@ -106,9 +106,11 @@ def test_mistakes_get_one_line_and_exit_status_2(capsys, args, message):
 def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_gpu_times(capsys, tmp_path):
     db = tmp_path / "r.db"
     # Interpreter times are CPU times, noisy under load: a wide band makes every measured binary a
-    # candidate for the re-timing at the end.
+    # candidate for the re-timing at the end. (binaries=0: the agent may propose a config whose
+    # binary it measured, so that the session copies results; with it, this space's four binaries
+    # end the session after four or five evaluations: tests/test_session.py.)
     code, out, _ = run(capsys, "tune", *TINY_SOFTMAX, "--space", TINY_SPACE, "--budget", "6", "--seed", "1",
-                       "--confirm-within", "100", "--db", str(db), "--json")
+                       "--confirm-within", "100", "--db", str(db), "--json", "--option", "binaries=0")
     assert code == 0
     result = json.loads(out)
     assert result["interpreted"] and "not GPU times" in result["note"]
@@ -180,7 +182,9 @@ def test_tune_searches_split_k_when_the_space_asks_and_checks_it_like_any_config
 def test_tune_goes_on_from_what_the_store_holds_and_fresh_measures_again(capsys, tmp_path):
     # Issue 9, point 14: a second run (or a run after an interruption) re-measured every config.
     db = tmp_path / "r.db"
-    common = ["tune", *TINY_SOFTMAX, "--space", TINY_SPACE, "--seed", "3", "--confirm", "0", "--db", str(db), "--json"]
+    # binaries=0: a budget of six in a space of four binaries (see the test above).
+    common = ["tune", *TINY_SOFTMAX, "--space", TINY_SPACE, "--seed", "3", "--confirm", "0", "--db", str(db), "--json",
+              "--option", "binaries=0"]
     code, out, _ = run(capsys, *common, "--budget", "3")
     assert code == 0
     first = json.loads(out)
