@@ -336,7 +336,8 @@ std::unique_ptr<CostModel> CostModel::WithoutFamily(const std::string& family) c
 size_t CostModel::FamilyShapes(const std::string& family) const {
   static const std::vector<size_t> kShapeFeatures = [] {
     std::vector<size_t> out;
-    for (int i = 0; i < feature::kMaxShapeSlots; ++i) out.push_back(FeatureIndex("shape" + std::to_string(i) + "_log2"));
+    for (int i = 0; i < feature::kMaxShapeSlots; ++i)
+      out.push_back(FeatureIndex("shape" + std::to_string(i) + "_log2"));
     out.push_back(FeatureIndex("problem_flops_log2"));
     out.push_back(FeatureIndex("problem_bytes_log2"));
     return out;

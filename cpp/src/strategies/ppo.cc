@@ -130,7 +130,7 @@ void Reward(std::vector<Transition>* steps, const agent::StepReward& r) {
 }
 
 // `model` fitted without `family`'s rows (CostModel::WithoutFamily), once per model and family in
-// this process: a fit takes about a second, and replays ask it in every session. Null when no other
+// this process: a fit takes about half a second on two cores, and replays ask it in every session. Null when no other
 // family is left.
 std::shared_ptr<const CostModel> ModelWithoutFamily(const std::shared_ptr<const CostModel>& model,
                                                     const std::string& family) {
@@ -195,8 +195,9 @@ PriorComparison ComparePriors(const agent::Prior& first, const agent::Prior& sec
 // that never saw the family on 6 of the 16 problems of families with one or two other shapes
 // (fp8_matmul 0.05 against 0.60, layernorm 3001x5120 0.07 against 0.82, cumsum), and on 2 of the
 // 18 of families with four or five (matmul 16x4096x4096 0.63 against 0.80, 64x4095x8192 0.46
-// against 0.48); `cost_model_eval --family-unseen 1`, benchmarks/cost_model.md. (The shipped model has two shapes of fp8_matmul, cumsum, cross_entropy,
-// grouped_matmul and rmsnorm, three of layernorm and layernorm_bwd.)
+// against 0.48); `cost_model_eval --family-unseen 1`, benchmarks/cost_model.md. (The shipped
+// model has two shapes of fp8_matmul, cumsum, cross_entropy, grouped_matmul and rmsnorm, three of
+// layernorm and layernorm_bwd.)
 constexpr size_t kThinFamilyShapes = 3;
 
 // Trust below which the session's cost model is refitted every `doubt_refit` measurements.
@@ -335,14 +336,15 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   };
   // A second opinion on a family the cost model has seen on a few shapes only (kThinFamilyShapes):
   // the prior of the same model without that family's rows. What one recorded shape of a family
-  // teaches may not hold for a very different shape (fp8_matmul 61x8192x8192 for 8192x4096x4096: the model ranks the latter's configs at a
-  // correlation of 0.05, the model that never saw the family at 0.60; benchmarks/agent.md). Once the
-  // walk doubts its prior (as for climb_doubt), that model is fitted (once per process); the session
-  // continues on its prior, as on a family it has not seen, when the measurements rank the first
-  // prior no better than chance and the second better by a paired sign test's z of at least
-  // `second_opinion` (both priors out of sample: the session's first, not a refit). The measured
-  // configs are those the first prior ranked best, among which its ranking is at its worst, so the
-  // test leans towards the second: hence a z, not a difference. Not asked again after a switch.
+  // teaches may not hold for a very different shape (taught by fp8_matmul 61x8192x8192, the model
+  // ranks 8192x4096x4096's configs at a correlation of 0.05, the model that never saw the family at
+  // 0.60; benchmarks/agent.md). Once the walk doubts its prior (as for climb_doubt), that model is
+  // fitted (once per process); the session continues on its prior, as on a family it has not seen,
+  // when the measurements rank the first prior no better than chance and the second better by a
+  // paired sign test's z of at least `second_opinion` (both priors out of sample: the session's
+  // first, not a refit). The measured configs are those the first prior ranked best, among which
+  // its ranking is at its worst, so the test leans towards the second: hence both conditions and a
+  // z, not a difference. Not asked again after a switch.
   const double second_opinion = options.Get("second_opinion");
   const agent::Prior* first_prior = prior.get();  // Alive in old_priors after refits.
   std::shared_ptr<const CostModel> without_family;
@@ -594,14 +596,16 @@ StrategyInfo PpoStrategy() {
                       "off; without a compile stage nothing is known; benchmarks/agent.md)", 1},
            {"binaries", "with static: a config the compile stage says compiles to the binary of a config measured "
                         "already (a parameter the compiler ignores, such as num_stages of a kernel without a loop) "
-                        "is never measured: its time is that one's (0: off; benchmarks/agent.md)", 1},
+                        "is never measured: its time is that one's; a move's or jump's config is asked before it "
+                        "is measured, and one refused is not measured either (0: off; benchmarks/agent.md)", 1},
            {"climb_doubt", "on a family the cost model has seen, climb (see `climb`) while the walk's trust in its "
                            "prior is below this, once at least three pairs of measurements whose times differ were "
                            "compared (0.8: the trust such a family starts with, so once the measurements rank the "
                            "prior worse than on the shapes it was trained on; 0: never; benchmarks/agent.md)",
             agent::kSeenFamilyTrust},
-           {"second_opinion", "on a family the cost model has seen on at most three shapes, once the walk doubts its prior (see climb_doubt) "
-                              "and the measurements rank it no better than chance: continue on the prior of the "
+           {"second_opinion", "on a family the cost model has seen on at most three shapes, once the walk doubts "
+                              "its prior (see climb_doubt) and the measurements rank it no better than chance: "
+                              "continue on the prior of the "
                               "model without that family's rows, as on an unseen family, when it ranks them better "
                               "by a paired sign test's z of at least this (0: never; benchmarks/agent.md)", 2},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "

@@ -356,7 +356,8 @@ TEST(PpoTest, ASecondOpinionTakesOverWhereTheModelWithoutTheFamilyRanksTheMeasur
   const ProblemTable* square = nullptr;
   for (const auto& t : all) {
     if (t.problem.family == "fp8_matmul" && t.problem.Label().find("M=8192") != std::string::npos) fp8 = &t;
-    if (t.problem.family == "matmul" && t.problem.Label().find("M=4096 N=4096 K=4096") != std::string::npos) square = &t;
+    if (t.problem.family == "matmul" && t.problem.Label().find("M=4096 N=4096 K=4096") != std::string::npos)
+      square = &t;
   }
   ASSERT_NE(fp8, nullptr);
   ASSERT_NE(square, nullptr);

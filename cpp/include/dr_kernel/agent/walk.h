@@ -99,6 +99,16 @@ struct StepReward {
   std::vector<std::pair<int, double>> credit_back;
 };
 
+// Measured times closer than this (log) are a tie for the rank correlation: timing noise, not rank.
+inline constexpr double kTieLog = 0.05;
+
+// How well `predicted` ranks `measured` (log times, paired): Kendall's tau over the pairs whose
+// measured times differ by more than the tie margin (timing noise) and whose predictions differ,
+// on the correlation scale (sin(pi/2 tau)); 0 with fewer than `min_pairs` such pairs, whose number
+// `compared` receives. What Walk::trust() is made of.
+double RankCorrelation(const std::vector<double>& predicted, const std::vector<double>& measured, int min_pairs,
+                       int* compared);
+
 // How a walk weighs its prior against its measurements.
 //
 // After every measurement the walk compares what it believed of the config just before
@@ -113,16 +123,6 @@ struct StepReward {
 // prior's best guess. Predicted
 // differences in the observation are scaled by t. At t = 0 every jump after the first is random
 // search over the untried configs.
-// Measured times closer than this (log) are a tie for the rank correlation: timing noise, not rank.
-inline constexpr double kTieLog = 0.05;
-
-// How well `predicted` ranks `measured` (log times, paired): Kendall's tau over the pairs whose
-// measured times differ by more than the tie margin (timing noise) and whose predictions differ,
-// on the correlation scale (sin(pi/2 tau)); 0 with fewer than `min_pairs` such pairs, whose number
-// `compared` receives. What Walk::trust() is made of.
-double RankCorrelation(const std::vector<double>& predicted, const std::vector<double>& measured, int min_pairs,
-                       int* compared);
-
 struct TrustConfig {
   double shrink = 4;   // Pseudo-pairs at Prior::trust.
   int min_pairs = 3;   // Pairs before the measured correlation counts at all.
