@@ -167,13 +167,19 @@ void PrintSeedSpread(const std::vector<ProblemTable>& tables, CostModelOptions o
   }
 }
 
+// A model fitted on every table but the held-out one.
+CostModel FitAllBut(const std::vector<ProblemTable>& tables, const CostModelOptions& options, size_t held) {
+  CostModel model(options);
+  for (size_t i = 0; i < tables.size(); ++i)
+    if (i != held) model.Add(tables[i]);
+  model.Fit();
+  return model;
+}
+
 // For diagnosis: the first `show` configs of the predicted order of each held-out problem.
 void PrintPredictedHeads(const std::vector<ProblemTable>& tables, const CostModelOptions& options, int show) {
   for (size_t held = 0; held < tables.size(); ++held) {
-    CostModel model(options);
-    for (size_t i = 0; i < tables.size(); ++i)
-      if (i != held) model.Add(tables[i]);
-    model.Fit();
+    const CostModel model = FitAllBut(tables, options, held);
     const ProblemTable& t = tables[held];
     const auto order = dr_kernel::PredictedOrder(model, t);
     std::printf("\n%s (oracle %.4f ms)\n", t.problem.Label().c_str(), t.oracle_ms());
@@ -204,10 +210,7 @@ void PrintSeenAgainstUnseen(const std::vector<ProblemTable>& tables, const CostM
   std::printf("| held-out problem | other shapes of its family | Spearman: seen | never seen | "
               "evals to 1.05x: seen | never seen |\n|---|---:|---:|---:|---:|---:|\n");
   for (size_t held = 0; held < tables.size(); ++held) {
-    CostModel model(options);
-    for (size_t i = 0; i < tables.size(); ++i)
-      if (i != held) model.Add(tables[i]);
-    model.Fit();
+    const CostModel model = FitAllBut(tables, options, held);
     const ProblemTable& t = tables[held];
     const size_t shapes = model.FamilyShapes(t.problem.family);
     const auto seen = dr_kernel::EvaluateRanking(model, t);
