@@ -130,8 +130,8 @@ void Reward(std::vector<Transition>* steps, const agent::StepReward& r) {
 }
 
 // `model` fitted without `family`'s rows (CostModel::WithoutFamily), once per model and family in
-// this process: a fit takes about half a second on two cores, and replays ask it in every session. Null when no other
-// family is left.
+// this process: a fit takes about half a second on two cores, and replays ask it in every session.
+// Null when no other family is left.
 std::shared_ptr<const CostModel> ModelWithoutFamily(const std::shared_ptr<const CostModel>& model,
                                                     const std::string& family) {
   struct Entry {
@@ -290,6 +290,11 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   const int64_t climb = options.Int("climb");
   bool unseen = prior->trust < agent::kSeenFamilyTrust;
   const double climb_doubt = options.Get("climb_doubt");
+  // Whether the walk doubts its prior: its trust, measured on at least TrustConfig::min_pairs pairs
+  // of measurements whose times differ (ties are no evidence), is below `level`.
+  auto doubts = [&](double level) {
+    return walks[0].ranked_comparisons() >= agent::TrustConfig{}.min_pairs && walks[0].trust() < level;
+  };
   // With climb_ahead, a climb step that made one parameter one step better is tried again first.
   const bool climb_ahead = options.Get("climb_ahead") > 0;
   // With climb_ridge, a neighbour the constraints forbid is replaced by the most promising valid
@@ -305,6 +310,8 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // before it is measured (known_already): one the stage refuses or has measured the binary of is
   // not, and the walk chooses again (it is masked now).
   const bool use_binaries = use_static && options.Get("binaries") > 0;
+  // (Only a refusal becomes a verdict here: an "ok" would change the failure belief of a config the
+  // walk already chose, and the policy learned from beliefs without verdicts on its own choices.)
   auto known_already = [&](const Config& c) {
     if (!use_binaries) return false;
     if (!walks[0].HasBinary(c) && !walks[0].HasStaticVerdict(c) && !walks[0].Measured(c)) {
@@ -353,9 +360,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
                      trained->model->FamilyShapes(problem.family) <= kThinFamilyShapes;
   bool switched = false;  // Until the next batch's first Trial::why says so.
   auto consult = [&] {
-    if (!second_open || walks[0].ranked_comparisons() < agent::TrustConfig{}.min_pairs ||
-        walks[0].trust() >= agent::kSeenFamilyTrust || evaluator.exhausted())
-      return;
+    if (!second_open || !doubts(agent::kSeenFamilyTrust) || evaluator.exhausted()) return;
     if (!second_prior) {
       without_family = ModelWithoutFamily(trained->model, problem.family);
       if (!without_family) {
@@ -387,8 +392,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     std::vector<std::string> why;  // Per config of the batch (Trial::why).
     std::unordered_set<uint64_t> chosen;
     std::vector<Config> batch;
-    const bool doubted = climb_doubt > 0 && walks[0].ranked_comparisons() >= agent::TrustConfig{}.min_pairs &&
-                         walks[0].trust() < climb_doubt;
+    const bool doubted = climb_doubt > 0 && doubts(climb_doubt);
     if (climb > 0 && (unseen || doubted) && evaluator.evals() >= climb) {
       auto unchecked = walks[0].UncheckedNeighbours(0, 0, climb_ridge);
       if (climb_ahead && best_before && evaluator.best() != nullptr) {
@@ -605,9 +609,9 @@ StrategyInfo PpoStrategy() {
             agent::kSeenFamilyTrust},
            {"second_opinion", "on a family the cost model has seen on at most three shapes, once the walk doubts "
                               "its prior (see climb_doubt) and the measurements rank it no better than chance: "
-                              "continue on the prior of the "
-                              "model without that family's rows, as on an unseen family, when it ranks them better "
-                              "by a paired sign test's z of at least this (0: never; benchmarks/agent.md)", 2},
+                              "continue on the prior of the model without that family's rows, as on an unseen "
+                              "family, when it ranks them better by a paired sign test's z of at least this (0: "
+                              "never; benchmarks/agent.md)", 2},
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
                      "the policy acts, so that it moves on from local optima (0: never; benchmarks/agent.md)", 2},
