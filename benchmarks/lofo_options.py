@@ -5,11 +5,12 @@ With --holdout problem, leave-one-problem-out instead: each problem replayed by 
 on every other table (34 agents, about 35 s each on first use; cached as problemI.*.bin).
 Options that act only in a session (refits, doubt) need no retraining, so a value is tried in
 seconds to minutes. Prints the geomean of the median evaluations to 1.05x and writes each
-problem's median to --json.
+problem's median to --json; with --random, also the problems where that median is above random
+search's (budget 300, 30 seeds: issue 8's bar).
 
     python benchmarks/lofo_options.py --agents /tmp/lofo_agents --json out.json refit=8 doubt_refit=4
     ONLY='matmul:"N": 1000,cumsum:bf16' python benchmarks/lofo_options.py ...   # a few problems only
-    python benchmarks/lofo_options.py --holdout problem --agents /tmp/lopo_agents refit=8 doubt_refit=4
+    python benchmarks/lofo_options.py --holdout problem --agents /tmp/lopo_agents --random refit=8 doubt_refit=4
 """
 
 import argparse
@@ -33,6 +34,9 @@ def main() -> None:
     parser.add_argument("--holdout", choices=["family", "problem"], default="family")
     parser.add_argument("--seed", type=int, default=0,
                         help="training seed of the held-out agents (0: the shipped recipe's)")
+    parser.add_argument("--random", action="store_true",
+                        help="also replay random search as issue 8 measures it (budget 300, 30 seeds) and say "
+                             "on which problems the strategy's median is above random's")
     parser.add_argument("options", nargs="*", help="NAME=VALUE options of the strategy")
     args = parser.parse_args()
     options = {k: float(v) for k, v in (o.split("=", 1) for o in args.options)}
@@ -51,20 +55,36 @@ def main() -> None:
         groups = [([t], lambda i=i: use_agent_without_problem(i, tables, args.agents, seed=args.seed))
                   for i, t in enumerate(tables) if chosen(t)]
     medians, started = {}, time.time()
+
+    def key_of(table, problem) -> str:
+        return f"{table.problem['family']} {json.dumps(problem['shape'])} {table.problem.get('dtype', '')}".strip()
+
     for held, load in groups:
         if not held:
             continue
         load()
         report = json.loads(_core.replay(held, args.strategy, 100, 10, 1.05, 0, options).to_json())
         for table, problem in zip(held, report["problems"], strict=True):
-            key = f"{table.problem['family']} {json.dumps(problem['shape'])} {table.problem.get('dtype', '')}".strip()
-            medians[key] = problem["evals_to_within"]["median"]
+            medians[key_of(table, problem)] = problem["evals_to_within"]["median"]
     _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
     values = [v if v is not None else 101 for v in medians.values()]
-    print(json.dumps({"options": options, "strategy": args.strategy, "holdout": args.holdout, "problems": len(values),
-                      "geomean": math.exp(sum(map(math.log, values)) / len(values)),
-                      "over_10": sum(v > 10 for v in values), "over_15": sum(v > 15 for v in values),
-                      "worst": max(values), "s": time.time() - started}))
+    summary = {"options": options, "strategy": args.strategy, "holdout": args.holdout, "problems": len(values),
+               "geomean": math.exp(sum(map(math.log, values)) / len(values)),
+               "over_10": sum(v > 10 for v in values), "over_15": sum(v > 15 for v in values),
+               "worst": max(values)}
+    if args.random:
+        # Random search does not learn, so one replay of every chosen table serves any holdout.
+        held = [t for t in tables if chosen(t)]
+        report = json.loads(_core.replay(held, "random", 300, 30, 1.05, 0, {}).to_json())
+        above = {}
+        for table, problem in zip(held, report["problems"], strict=True):
+            key, random_median = key_of(table, problem), problem["evals_to_within"]["median"]
+            mine = medians[key] if medians[key] is not None else 101
+            if random_median is not None and mine > random_median:
+                above[key] = [mine, random_median]
+        summary["above_random"] = len(above)
+        summary["above_random_problems"] = above
+    print(json.dumps({**summary, "s": time.time() - started}))
     if args.json:
         args.json.write_text(json.dumps(medians, indent=1))
 
