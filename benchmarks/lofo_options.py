@@ -1,5 +1,5 @@
 """Leave-one-family-out replays of ppo with session options (`refit=8 doubt_refit=4`, `doubt=2`, ...):
-each family's problems replayed (budget 100, 10 seeds) by an agent trained without that family,
+each family's problems replayed (budget 100, 10 session seeds or --repeats) by an agent trained without that family,
 the agents cached in --agents (trained with the shipped recipe on first use, about 40 s each).
 With --holdout problem, leave-one-problem-out instead: each problem replayed by an agent trained
 on every other table (34 agents, about 35 s each on first use; cached as problemI.*.bin).
@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--holdout", choices=["family", "problem"], default="family")
     parser.add_argument("--seed", type=int, default=0,
                         help="training seed of the held-out agents (0: the shipped recipe's)")
+    parser.add_argument("--repeats", type=int, default=10, help="session seeds per problem (issue 8 asks for >= 10)")
     parser.add_argument("--random", action="store_true",
                         help="also replay random search as issue 8 measures it (budget 300, 30 seeds) and say "
                              "on which problems the strategy's median is above random's")
@@ -63,7 +64,7 @@ def main() -> None:
         if not held:
             continue
         load()
-        report = json.loads(_core.replay(held, args.strategy, 100, 10, 1.05, 0, options).to_json())
+        report = json.loads(_core.replay(held, args.strategy, 100, args.repeats, 1.05, 0, options).to_json())
         for table, problem in zip(held, report["problems"], strict=True):
             medians[key_of(table, problem)] = problem["evals_to_within"]["median"]
     _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
