@@ -170,7 +170,8 @@ for step in "$@"; do
     sweeps-holes)  # The bundled 2048x1000x16384 table stopped at its sweep's time limit inside BLOCK_M 32 (no
       # BLOCK_M 64 or 128): the sweep resumes from the bundled rows and records only what they lack.
       cp python/dr_kernel/data/h200/matmul_2048x1000x16384_bf16.jsonl "$work/sweeps/"
-      sweep matmul_2048x1000x16384_bf16 matmul M=2048,N=1000,K=16384 bf16 "${HOLES_LIMIT:-330}" "$mm_a" ;;
+      sweep matmul_2048x1000x16384_bf16 matmul M=2048,N=1000,K=16384 bf16 "${HOLES_LIMIT:-330}" "$mm_a"
+      sweep matmul_2048x1000x16384_bf16 matmul M=2048,N=1000,K=16384 bf16 60 "$mm_b" ;;
     sweeps-b)
       sweep attention_2x16x2048x128_causal_fp16 attention Z=2,H=16,N_CTX=2048,HEAD_DIM=128,CAUSAL=true fp16 70
       sweep attention_1x32x16384x64_fp16 attention Z=1,H=32,N_CTX=16384,HEAD_DIM=64,CAUSAL=false fp16 70
