@@ -1,6 +1,7 @@
 """Leave-one-family-out replays of ppo with session options (`refit=8 doubt_refit=4`, `doubt=2`, ...):
-each family's problems replayed (budget 100, 10 session seeds or --repeats) by an agent trained without that family,
-the agents cached in --agents (trained with the shipped recipe on first use, about 40 s each).
+each family's problems replayed (budget 100, 10 session seeds or --repeats) by an agent trained
+without that family, the agents cached in --agents (trained with the shipped recipe on first use,
+about 40 s each).
 With --holdout problem, leave-one-problem-out instead: each problem replayed by an agent trained
 on every other table (34 agents, about 35 s each on first use; cached as problemI.*.bin).
 Options that act only in a session (refits, doubt) need no retraining, so a value is tried in
