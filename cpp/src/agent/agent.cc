@@ -70,7 +70,8 @@ Prior PriorFromModel(const CostModel* model, const Problem& problem, const Space
   prior.trust = 0;
   if (model && model->fitted()) {
     // A family the model has rows of ranks well (leave-one-problem-out); one it has never seen is
-    // predicted from the analytic estimate or generic features alone, which may be far off.
+    // predicted from the analytic estimate (and a share of what the trees learned elsewhere) or
+    // from generic features alone, which may be far off.
     space.ForEach([&](const Config& c) {
       const ModelInput input = model->Input(problem, space.Named(c));
       prior.trust = input.family_seen ? kSeenFamilyTrust : kUnseenFamilyTrust;

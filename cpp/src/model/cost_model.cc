@@ -15,6 +15,13 @@ namespace dr_kernel {
 
 namespace {
 
+// The share of the trees' correction that a family with an analytic time and no training row
+// gets: trees fitted to other families extrapolate badly to it (all of it: leave-one-family-out
+// geomean 4.9-5.5, matmul 1024^3 1 -> 20-51.5 measurements), the analytic time alone misses what
+// carries across (rmsnorm 16384x8192 above random search); any share from 0.1 to 0.35 gave
+// 3.7-4.05 and no problem above random (benchmarks/agent.md, second session of 2026-12-05).
+constexpr double kUnseenFamilyCorrection = 0.25;
+
 constexpr char kMagic[] = "dr_kernel cost model\n";
 
 // Positions of the baseline times (log2 ms; 0 for unknown families) in the feature vector.
@@ -357,21 +364,25 @@ bool CostModel::FamilySeen(const std::string& family) const {
   return std::binary_search(families_.begin(), families_.end(), family);
 }
 
+bool CostModel::AnalyticOnly(const ModelInput& input) const {
+  return !input.family_seen && options_.baseline == TimeBaseline::kAnalytic && input.log_offset != 0;
+}
+
 CostPrediction CostModel::Predict(const ModelInput& input) const {
   if (!fitted()) throw std::logic_error("the cost model has not been fitted; call Fit() after adding rows");
   CostPrediction p;
-  if (!input.family_seen && options_.baseline == TimeBaseline::kAnalytic && input.log_offset != 0) {
-    p.log_ms = input.log_offset;
+  double sum = 0, sum2 = 0;
+  for (const Gbdt& m : members_) {
+    const double v = m.Predict(input.time_features.data());
+    sum += v;
+    sum2 += v * v;
+  }
+  const double k = static_cast<double>(members_.size());
+  const double mean = sum / k;
+  if (AnalyticOnly(input)) {
+    p.log_ms = input.log_offset + kUnseenFamilyCorrection * mean;
     p.log_ms_std = options_.unseen_family_log_std;
   } else {
-    double sum = 0, sum2 = 0;
-    for (const Gbdt& m : members_) {
-      const double v = m.Predict(input.time_features.data());
-      sum += v;
-      sum2 += v * v;
-    }
-    const double k = static_cast<double>(members_.size());
-    const double mean = sum / k;
     p.log_ms = mean + input.log_offset;
     p.log_ms_std = k > 1 ? std::sqrt(std::max(0.0, (sum2 - k * mean * mean) / (k - 1))) : 0.0;
   }
@@ -394,9 +405,8 @@ double CostModel::PredictMember(size_t k, const ModelInput& input) const {
   if (k >= members_.size())
     throw std::out_of_range("ensemble member " + std::to_string(k) + " does not exist (the model has " +
                             std::to_string(members_.size()) + ")");
-  if (!input.family_seen && options_.baseline == TimeBaseline::kAnalytic && input.log_offset != 0)
-    return input.log_offset;
-  return members_[k].Predict(input.time_features.data()) + input.log_offset;
+  const double correction = members_[k].Predict(input.time_features.data());
+  return input.log_offset + (AnalyticOnly(input) ? kUnseenFamilyCorrection : 1.0) * correction;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -234,7 +234,7 @@ TEST(CostModelTest, UpdateAddsRowsAndMovesPredictionsTowardThem) {
   EXPECT_GT(model.Predict(held.problem, row.config).log_ms, before + 0.3);
 }
 
-TEST(CostModelTest, UnseenFamilyFallsBackToTheAnalyticTime) {
+TEST(CostModelTest, UnseenFamilyIsTheAnalyticTimeAndAQuarterOfTheTreesCorrection) {
   const auto matmul = Tables({"matmul"});
   CostModel model(SmallOptions());
   model.Add(matmul[0]);
@@ -244,8 +244,16 @@ TEST(CostModelTest, UnseenFamilyFallsBackToTheAnalyticTime) {
   const ModelInput in = model.Input(softmax, config);
   EXPECT_FALSE(in.family_seen);
   const CostPrediction p = model.Predict(in);
-  EXPECT_DOUBLE_EQ(p.log_ms, in.log_offset);
+  // The same features as a seen family's: the trees' full correction is what a seen family gets.
+  ModelInput seen = in;
+  seen.family_seen = true;
+  const double correction = model.Predict(seen).log_ms - in.log_offset;
+  EXPECT_GT(std::abs(correction), 0.01);
+  EXPECT_NEAR(p.log_ms, in.log_offset + 0.25 * correction, 1e-12);
   EXPECT_DOUBLE_EQ(p.log_ms_std, model.options().unseen_family_log_std);
+  double members = 0;
+  for (size_t k = 0; k < model.options().ensemble_size; ++k) members += model.PredictMember(k, in);
+  EXPECT_NEAR(members / model.options().ensemble_size, p.log_ms, 1e-9);
   EXPECT_THROW(CostModel(SmallOptions()).Predict(in), std::logic_error);
 }
 
@@ -280,9 +288,13 @@ TEST(CostModelTest, WithoutAFamilyIsTheModelFittedOnTheOtherFamiliesRows) {
       EXPECT_DOUBLE_EQ(a.p_fail, b.p_fail) << t->problem.Label();
     }
   }
-  // The matmul shape is now predicted as a family never seen: from its analytic time.
+  // The matmul shape is now predicted as a family never seen: from its analytic time, with a
+  // quarter of the correction the trees would give a family they know.
   const ModelInput in = without->Input(matmul[1].problem, matmul[1].rows[0].config);
-  EXPECT_DOUBLE_EQ(without->Predict(in).log_ms, in.log_offset);
+  ModelInput seen = in;
+  seen.family_seen = true;
+  EXPECT_NEAR(without->Predict(in).log_ms - in.log_offset, 0.25 * (without->Predict(seen).log_ms - in.log_offset),
+              1e-12);
   // Nothing left to fit on: no model.
   CostModel only_matmul(SmallOptions());
   only_matmul.Add(matmul[0]);

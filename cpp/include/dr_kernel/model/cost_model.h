@@ -47,8 +47,9 @@ struct CostModelOptions {
   // What the time trees predict relative to; kAnalytic ranks unseen shapes best.
   TimeBaseline baseline = TimeBaseline::kAnalytic;
   // With the analytic baseline, a family that no training row belongs to is predicted by the
-  // analytic time alone (trees fitted to other families extrapolate badly to it), with this
-  // standard deviation in log ms as its uncertainty.
+  // analytic time and a quarter of the trees' correction (trees fitted to other families
+  // extrapolate badly to it; some of what they learned carries), with this standard deviation in
+  // log ms as its uncertainty.
   double unseen_family_log_std = 0.7;
   // Append problem-level features from hardware counters (Nsight Compute) of the problem's probe
   // config (profiling.probe_config: the middle of the space) to the time features: bound by
@@ -157,6 +158,8 @@ class CostModel {
   static constexpr uint64_t kFormatVersion = 2;
 
  private:
+  // A family the model has an analytic time for and no training row of (see unseen_family_log_std).
+  bool AnalyticOnly(const ModelInput& input) const;
   // What is kept of one training row besides its features.
   struct Row {
     std::string family;
