@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <cstdio>
 #include <cstring>
@@ -179,10 +178,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> files = FirstMatmulFiles(dir);
   files.insert(files.end(), {dir + "/softmax.jsonl", dir + "/attention.jsonl"});
   if (which_tables == "all") {
-    files.clear();
-    for (const auto& entry : std::filesystem::directory_iterator(dir))
-      if (entry.path().extension() == ".jsonl") files.push_back(entry.path().string());
-    std::sort(files.begin(), files.end());
+    files = AllTableFiles(dir);
   } else if (which_tables != "first") {
     std::fprintf(stderr, "--tables takes first or all, not %s\n", which_tables.c_str());
     return 2;

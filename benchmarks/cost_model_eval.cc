@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -290,13 +289,8 @@ int main(int argc, char** argv) {
   const std::string use_static = get("--static", "both");
 
   if (get("--family-unseen", "0") == "1") {
-    // Every bundled table, as the shipped agent's model learns them.
-    std::vector<std::string> files;
-    for (const auto& entry : std::filesystem::directory_iterator(dir))
-      if (entry.path().extension() == ".jsonl") files.push_back(entry.path().string());
-    std::sort(files.begin(), files.end());
     try {
-      PrintSeenAgainstUnseen(dr_kernel::ReadTables(files), options);
+      PrintSeenAgainstUnseen(dr_kernel::ReadTables(AllTableFiles(dir)), options);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());
       return 1;

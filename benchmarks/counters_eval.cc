@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
@@ -20,6 +19,7 @@
 #include "dr_kernel/model/cost_model.h"
 #include "dr_kernel/model/evaluation.h"
 #include "dr_kernel/table.h"
+#include "first_tables.h"
 
 namespace {
 
@@ -93,10 +93,7 @@ int main(int argc, char** argv) {
       variants.push_back({"probe " + p, true, std::stod(p)});
   }
 
-  std::vector<std::string> paths;
-  for (const auto& entry : std::filesystem::directory_iterator(dir))
-    if (entry.path().extension() == ".jsonl") paths.push_back(entry.path().string());
-  std::sort(paths.begin(), paths.end());
+  const std::vector<std::string> paths = AllTableFiles(dir);
   std::vector<ProblemTable> tables;
   try {
     tables = dr_kernel::ReadTables(paths);

@@ -310,6 +310,14 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // before it is measured (known_already): one the stage refuses or has measured the binary of is
   // not, and the walk chooses again (it is masked now).
   const bool use_binaries = use_static && options.Get("binaries") > 0;
+  // Tells every walk what the compile stage said of `c`: its binary (with binaries) and a verdict
+  // (a refusal always; "ok" when `ok_verdict`).
+  auto tell = [&](const Config& c, const Measurement& seen, bool ok_verdict) {
+    for (auto& w : walks) {
+      if (ok_verdict || seen.status != Status::kOk) w.SetStaticVerdict(c, seen.status == Status::kOk);
+      if (use_binaries) w.SetBinary(c, seen.binary);
+    }
+  };
   // (Only a refusal becomes a verdict here: an "ok" would change the failure belief of a config the
   // walk already chose, and the policy learned from beliefs without verdicts on its own choices.)
   auto known_already = [&](const Config& c) {
@@ -317,10 +325,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     if (!walks[0].HasBinary(c) && !walks[0].HasStaticVerdict(c) && !walks[0].Measured(c)) {
       const auto seen = evaluator.env().Observe(c);
       if (!seen) return false;
-      for (auto& w : walks) {
-        if (seen->status != Status::kOk) w.SetStaticVerdict(c, false);
-        w.SetBinary(c, seen->binary);
-      }
+      tell(c, *seen, false);
     }
     return !walks[0].Measured(c) && (walks[0].StaticallyFails(space.Index(c)) || walks[0].Covered(c));
   };
@@ -328,16 +333,11 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     if (!use_static) return;
     for (const Config& from : measured) {
       if (use_binaries && !walks[0].HasBinary(from))
-        if (const auto seen = evaluator.env().Observe(from); seen && seen->binary != 0)
+        if (const auto seen = evaluator.env().Observe(from))
           for (auto& w : walks) w.SetBinary(from, seen->binary);
       for (const Config& c : space.Neighbours(from)) {
         if (walks[0].HasStaticVerdict(c) || walks[0].Measured(c)) continue;
-        const auto seen = evaluator.env().Observe(c);
-        if (!seen) continue;
-        for (auto& w : walks) {
-          w.SetStaticVerdict(c, seen->status == Status::kOk);
-          if (use_binaries) w.SetBinary(c, seen->binary);
-        }
+        if (const auto seen = evaluator.env().Observe(c)) tell(c, *seen, true);
       }
     }
   };
