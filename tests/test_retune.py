@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,106 @@ def test_a_malformed_request_retunes_nothing_and_a_store_that_cannot_be_written_
         assert hot.flush_launch_counts() == 0
     assert hot._counts[(str(folder), "k")] == 1  # Kept for the next flush.
     hot._counts.clear()
+
+
+BACKGROUND = Path(__file__).with_name("background_program.py")
+
+
+def run_background(db: Path, mode: str, idle_s: float) -> dict:
+    # Twelve seconds of launches: time enough for the re-tune to start its measuring process.
+    env = dict(os.environ, DR_KERNEL_DB=str(db), PYTHONPATH=PYTHON_PATH, BUSY_S="12")
+    done = subprocess.run([sys.executable, str(BACKGROUND), mode, str(idle_s)], capture_output=True, text=True,
+                          env=env, timeout=400)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_background_retune_times_nothing_while_the_program_launches_and_swaps_in_a_faster_winner(tmp_path):
+    seen = run_background(tmp_path / "results.db", "isolate", idle_s=0.5)
+    assert seen["first"]["BLOCK"] == 16  # One evaluation: the slowest config.
+    # Launches back to back: the key's copy was taken, but nothing was timed.
+    assert seen["busy"]["launches"] >= 5 and seen["busy"]["results"] == 0 and seen["busy"]["rows_added"] == 0
+    (result,) = seen["results"]
+    assert seen["handled"] and not seen["running"] and result["retuned"] and result["replaced"]
+    assert result["before"]["evaluations"] == 1 and result["after"]["evaluations"] == 7
+    assert result["after"]["ms"] < result["before"]["ms"] / 4
+    # The program's next launch took the new winner, in the same process, and it is stored for the next.
+    assert seen["after"]["BLOCK"] == result["after"]["config"]["BLOCK"] >= 256
+    assert _core.Store(str(tmp_path / "results.db")).get_winner(result["key"])[0] == result["after"]["config"]
+
+
+def test_without_waiting_for_idle_the_background_retune_times_while_the_program_launches(tmp_path):
+    # The control of the test above: with idle_s=0 the gate lets batches through between launches.
+    seen = run_background(tmp_path / "results.db", "isolate", idle_s=0.0)
+    assert seen["busy"]["rows_added"] > 0
+
+
+def test_an_interpreted_kernel_measured_in_the_program_is_not_retuned_in_the_background_and_says_why(tmp_path):
+    seen = run_background(tmp_path / "results.db", "inprocess", idle_s=0.5)
+    (result,) = seen["results"]
+    assert not result["retuned"] and "interpreter" in result["reason"] and "dr-kernel retune" in result["reason"]
+    assert seen["after"]["BLOCK"] == 16 and result["after"] == result["before"]
+
+
+def test_a_tuning_of_the_program_that_waits_makes_the_background_retune_give_way(monkeypatch):
+    background = hot.BackgroundRetune(top=1, budget=None, min_launches=10**9, idle_s=0.01, every_s=60.0,
+                                      max_utilization=100.0, max_copy_bytes=0)
+    monkeypatch.setattr(hot, "_background", background)  # As retune_in_background leaves it.
+    entered = threading.Event()
+
+    def first_call():
+        with hot.foreground_tuning():
+            entered.set()
+
+    try:
+        with hot._tuning:  # As a background re-tune holds it.
+            program = threading.Thread(target=first_call)
+            program.start()
+            for _ in range(500):
+                if hot._foreground_waiting:
+                    break
+                time.sleep(0.01)
+            with pytest.raises(hot.GiveWay):
+                background._gated("cpu", lambda: pytest.fail("a batch was timed while the program's tuning waited"))
+            assert not entered.is_set()
+        program.join(10)
+        assert entered.is_set() and hot._foreground_waiting == 0
+    finally:
+        background.stop(5)
+    assert not background.running
+
+
+def test_arguments_over_the_copy_limit_are_not_copied_and_say_how_to_raise_it():
+    import torch
+
+    copy = hot.ArgumentCopy(max_bytes=1024)
+    copy.take((torch.zeros(1024), 3), {})
+    assert copy.ready.is_set() and copy.args == () and "4.0 KiB, over max_copy_bytes (1.0 KiB)" in copy.error
+    small = hot.ArgumentCopy(max_bytes=1 << 20)
+    x = torch.ones(8)
+    small.take((x, 3), {"grid": (1,)})
+    assert small.error is None and torch.equal(small.args[0], x) and small.args[0] is not x
+    assert small.args[1] == 3 and small.kwargs == {"grid": (1,)}
+
+
+def test_bad_background_options_are_refused_by_name():
+    with pytest.raises(ValueError, match="top=0"):
+        hot.retune_in_background(top=0)
+    with pytest.raises(ValueError, match="idle_s"):
+        hot.retune_in_background(idle_s=-1)
+
+
+def test_the_environment_variable_starts_a_background_retune_or_says_what_to_give(monkeypatch):
+    monkeypatch.setattr(hot, "_background", None)  # Put back after the test: later tests run without one.
+    monkeypatch.setattr(hot, "_background_env_read", False)
+    monkeypatch.setenv(hot.BACKGROUND_ENV, '{"top": 0}')
+    with pytest.warns(UserWarning, match='cannot start a background re-tune .*top=0.*give 1, or a JSON object'):
+        hot._start_from_env()
+    assert hot._background is None
+    monkeypatch.setattr(hot, "_background_env_read", False)
+    monkeypatch.setenv(hot.BACKGROUND_ENV, '{"top": 2, "every_s": 60}')
+    hot._start_from_env()
+    try:
+        assert hot._background.running and hot._background.top == 2 and hot._background.every_s == 60
+    finally:
+        hot._background.stop(5)

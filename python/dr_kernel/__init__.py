@@ -41,7 +41,7 @@ _load_shipped_agent()
 # that `import dr_kernel` leaves the variable to be set afterwards (the interpreter's workers do).
 _LAZY = {"autotune": "dropin", "optimize": "decorator", "install": "switch", "installed": "switch",
          "kept": "switch", "taken_over": "switch", "uninstall": "switch", "retune": "hot", "hottest": "hot",
-         "flush_launch_counts": "hot", "pending_tunings": "tuner"}
+         "retune_in_background": "hot", "flush_launch_counts": "hot", "pending_tunings": "tuner"}
 
 
 def load_ipython_extension(ipython) -> None:
@@ -60,4 +60,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["DATA_DIR", "autotune", "bundled_tables", "flush_launch_counts", "hottest", "install", "installed", "kept",
-           "optimize", "pending_tunings", "retune", "taken_over", "uninstall"]
+           "optimize", "pending_tunings", "retune", "retune_in_background", "taken_over", "uninstall"]

@@ -575,6 +575,8 @@ class TunedKernel(TritonAutotuner):
         self._store_keys: dict[tuple, tuple[str, str]] = {}
         # Key -> (config, its launch arguments, its pre_hook, its _store_keys entry): run()'s fast path.
         self._ready: dict[tuple, tuple] = {}
+        # Key -> the copy of its next launch's arguments a background re-tune waits for (hot.py).
+        self._copy_wanted: dict[tuple, Any] = {}
         self.best_config = None
         # The rest of triton.autotune's attributes, for code that reads them.
         self.user_defined_pre_hook, self.user_defined_post_hook = pre_hook is not None, post_hook is not None
@@ -690,6 +692,10 @@ class TunedKernel(TritonAutotuner):
         """The launch of `key` worked out once: its config (tuned now if it has none), the
         config's launch arguments, its pre_hook and where its launches are counted. A key whose
         tuning is deferred gets its interim launch, worked out again on each call until it is tuned."""
+        if self._copy_wanted:
+            wanted = self._copy_wanted.pop(key, None)
+            if wanted is not None:
+                wanted.take(args, kwargs)
         tuned_now = False
         if chosen is None:
             deferred = self._deferred.get(key)
@@ -781,6 +787,7 @@ class TunedKernel(TritonAutotuner):
         stored = self.store().get_winner(store_key)
         self.phases_s["store"] += time.perf_counter() - looked
         self._store_keys[key] = (os.path.abspath(self.store().path), store_key)
+        hot.register(self._store_keys[key], self, key)
         if collect.collecting():  # Nothing is tuned: the stored winner, else the first config, launches.
             default = stored[0] if stored is not None else (candidates or [self._first_config()])[0]
             return self._to_config(default), False
@@ -1101,10 +1108,19 @@ class TunedKernel(TritonAutotuner):
         return self.strategy, max(WHOLE_LIST, math.ceil(len(candidates) / 2))
 
     def _tune(self, nargs: dict, kwargs: dict, key: tuple, device: str, store_key: str,
-              candidates: list[dict], retune: tuple[int, dict] | None = None, stage=None) -> dict:
+              candidates: list[dict], retune: tuple[int, dict] | None = None, stage=None, gate=None) -> dict:
         """Tunes one key and stores its winner. `retune` = (budget, the stored winner): tune again
         with that budget, all of it used, the stored winner measured first (hot.py). `stage`: the
-        static stage a deferred tuning queued its compiles in (else one is made here)."""
+        static stage a deferred tuning queued its compiles in (else one is made here). `gate`:
+        a background re-tune's, through which every batch is timed (`gate(measure)`); without
+        it the tuning waits for its turn among the process's tunings (hot.foreground_tuning)."""
+        if gate is None:
+            with hot.foreground_tuning():
+                return self._tune_now(nargs, kwargs, key, device, store_key, candidates, retune, stage, None)
+        return self._tune_now(nargs, kwargs, key, device, store_key, candidates, retune, stage, gate)
+
+    def _tune_now(self, nargs: dict, kwargs: dict, key: tuple, device: str, store_key: str,
+                  candidates: list[dict], retune: tuple[int, dict] | None, stage, gate) -> dict:
         from .session import run_session
 
         started = time.perf_counter()
@@ -1187,6 +1203,10 @@ class TunedKernel(TritonAutotuner):
                         if first_ok is not None:
                             job.reference_configs = [{**first_ok, "__grid__": grid_of(first_ok)}]
                     return results
+
+                if gate is not None:
+                    def measure(batch: list[dict], best_ms: float, measure=measure):
+                        return gate(lambda: measure(batch, best_ms))
 
                 def tune(space, strategy, budget, known=None, measure=measure, first=first):
                     shown = self.verbose if self.verbose is not None else verbose_from_env()
@@ -1276,7 +1296,7 @@ class TunedKernel(TritonAutotuner):
         except OSError as error:  # The winner stands for this process; a later one tunes again.
             self._note(f"{self.__name__}: the winner for key {key} could not be stored ({error}); later processes "
                        "will tune this key again")
-        if self.profile:
+        if self.profile and gate is None:
             phase = time.perf_counter()
             self._profile_winner(job if isolate else None, nargs, kwargs, session, store, problem, key, grid_of,
                                  devices[0])
@@ -1383,6 +1403,36 @@ class TunedKernel(TritonAutotuner):
     def _note(self, text: str) -> None:
         self.notes.append(text)
         warnings.warn(text, stacklevel=6)
+
+    # ----- re-tuning in the background (hot.retune_in_background) ---------------------------------
+
+    def request_copy(self, key: tuple, copy) -> None:
+        """Asks the next launch of `key` to leave a copy of its arguments in `copy` (hot.ArgumentCopy)."""
+        self._copy_wanted[key] = copy
+        self._ready.pop(key, None)  # The next launch takes the slow path, which makes the copy.
+
+    def retune_copy(self, key: tuple, copy, budget: int, incumbent: Mapping[str, Any], gate) -> dict:
+        """Tunes `key` again on a copy of its arguments with `budget` evaluations, the stored winner
+        `incumbent` measured first, each batch timed through `gate(device, measure)`; the winner
+        (the incumbent unless another config re-measures faster) is stored and launches from now on.
+        Called by a background re-tune's thread, holding hot's tuning turn."""
+        if os.environ.get("TRITON_INTERPRET") == "1" and not self._isolated():
+            # The interpreter patches triton.language while a kernel runs: two at once, in two
+            # threads, break each other (the program's launch would raise).
+            raise RuntimeError("its configs are measured in this process, under Triton's interpreter, which cannot "
+                               "run the program's launches beside the re-tune's; measure in a measuring process "
+                               "(isolate=None or True), or re-tune in a run of the program (`dr-kernel retune`)")
+        nargs = dict(zip(self.arg_names, copy.args, strict=False))
+        kwargs = dict(copy.kwargs)
+        candidates = self._candidates(nargs, kwargs)
+        device = _device_name({**nargs, **kwargs})
+        store_key = self.store_key(key, device, candidates or [self.space_dict or {}])
+        here = _tensor_device(nargs)
+        config = self._tune(nargs, kwargs, key, device, store_key, candidates, retune=(budget, dict(incumbent)),
+                            gate=lambda measure: gate(here, measure))
+        self.cache[key] = self._to_config(config)
+        self._ready.pop(key, None)  # The next launch takes the new winner.
+        return config
 
 
 def _take_votes(batch: list[dict], results: list, votes: dict) -> list:
