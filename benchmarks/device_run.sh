@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-holes, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-holes, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
@@ -70,6 +70,12 @@ for step in "$@"; do
       DR_KERNEL_DB="$work/retune/run.db" PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 120 python3 benchmarks/retune_gpu.py \
         > "$work/retune/after.json" 2> "$work/retune/after.log"
       echo "retune after: rc $? after $(elapsed) s: $(tail -c 400 "$work/retune/after.json")"
+      pack ;;
+    retune-bg)  # The background re-tune in a long-running program: nothing timed while busy, the winner swapped in.
+      mkdir -p "$work/retune-bg"
+      DR_KERNEL_DB="$work/retune-bg/run.db" PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 330 python3 \
+        benchmarks/retune_background_gpu.py > "$work/retune-bg/run.json" 2> "$work/retune-bg/run.log"
+      echo "retune-bg: rc $? after $(elapsed) s: $(tail -c 1500 "$work/retune-bg/run.json")"
       pack ;;
     ops)  # Issue 11: dr_kernel.ops against torch on the published problem set (OPS_FAMILIES picks).
       PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 "$(( ${OPS_DEADLINE:-480} + 90 ))" python3 benchmarks/ops_bench.py \

@@ -35,6 +35,24 @@ def launch(a, b, c):
     matmul[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
 
 
+def launched_config() -> dict:
+    config = matmul.best_config
+    return dict(config.all_kwargs()) if hasattr(config, "all_kwargs") else dict(config)
+
+
+def kernel_ms(a, b, c) -> float:
+    """The launched config's kernel time: CUDA events, median of 50 launches."""
+    samples = []
+    for _ in range(50):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch(a, b, c)
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end))
+    return statistics.median(samples)
+
+
 def run(n: int, times: int) -> dict:
     torch.manual_seed(0)
     a = torch.randn(n, n, device="cuda", dtype=torch.float16)
@@ -44,18 +62,8 @@ def run(n: int, times: int) -> dict:
         launch(a, b, c)
     torch.cuda.synchronize()
     assert torch.allclose(c.float(), a.float() @ b.float(), atol=0.5, rtol=0.02), "wrong product"
-    config = matmul.best_config
-    out = {"config": dict(config.all_kwargs()) if hasattr(config, "all_kwargs") else dict(config)}
-    samples = []
-    for _ in range(50):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch(a, b, c)
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end))
-    out["ms"] = statistics.median(samples)
-    return out
+    return {"config": launched_config(), "ms": kernel_ms(a, b, c)}
 
 
-print(json.dumps({"hot": run(4096, 200), "cold": run(1024, 10)}))
+if __name__ == "__main__":
+    print(json.dumps({"hot": run(4096, 200), "cold": run(1024, 10)}))
