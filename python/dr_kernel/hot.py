@@ -38,6 +38,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .checking import is_tensor
+
 RETUNE_ENV = "DR_KERNEL_RETUNE"
 BACKGROUND_ENV = "DR_KERNEL_RETUNE_BACKGROUND"
 FLUSH_EVERY_S = 60.0  # A long run's counts reach the store at least this often (checked every 4096 launches).
@@ -255,21 +257,20 @@ class ArgumentCopy:
         self.args: tuple = ()
         self.kwargs: dict = {}
         self.error: str | None = None
-        self.bytes = 0
         self.ready = threading.Event()
         self._event = None  # A CUDA event recorded after the clones, when any tensor is on a GPU.
 
     def take(self, args: tuple, kwargs: dict) -> None:
         """Copies a launch's arguments (on the launching thread; never raises into the launch)."""
         try:
-            tensors = [v for v in (*args, *kwargs.values()) if _is_tensor(v)]
-            self.bytes = sum(t.numel() * t.element_size() for t in tensors)
-            if self.bytes > self.max_bytes:
-                self.error = (f"its arguments take {_size(self.bytes)}, over max_copy_bytes ({_size(self.max_bytes)}): "
+            tensors = [v for v in (*args, *kwargs.values()) if is_tensor(v)]
+            size = sum(t.numel() * t.element_size() for t in tensors)
+            if size > self.max_bytes:
+                self.error = (f"its arguments take {_size(size)}, over max_copy_bytes ({_size(self.max_bytes)}): "
                               "raise it, or re-tune in a run of the program of its own (`dr-kernel retune`)")
                 return
-            self.args = tuple(v.detach().clone() if _is_tensor(v) else v for v in args)
-            self.kwargs = {k: (v.detach().clone() if _is_tensor(v) else v) for k, v in kwargs.items()}
+            self.args = tuple(v.detach().clone() if is_tensor(v) else v for v in args)
+            self.kwargs = {k: (v.detach().clone() if is_tensor(v) else v) for k, v in kwargs.items()}
             if any(t.is_cuda for t in tensors):
                 import torch
 
@@ -290,10 +291,6 @@ def _size(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
-def _is_tensor(value: Any) -> bool:
-    return hasattr(value, "data_ptr") and hasattr(value, "clone") and hasattr(value, "element_size")
-
-
 class BackgroundRetune:
     """Re-tunes the `top` keys this process launches most, each once, from a thread of its own
     (see retune_in_background). `results` holds one dict per key handled, as `retune` returns
@@ -308,7 +305,8 @@ class BackgroundRetune:
         self.notes: list[str] = []
         self.disturbed = 0  # Batches timed again because the program launched while they were timed.
         self._handled: set[tuple[str, str]] = set()
-        self._copies: dict[tuple[str, str], tuple[ArgumentCopy, Any, tuple]] = {}
+        # (store file, store key) -> (the copy asked for, the stored winner, the re-tune's budget).
+        self._copies: dict[tuple[str, str], tuple[ArgumentCopy, Any, int]] = {}
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dr_kernel background retune", daemon=True)
@@ -372,11 +370,11 @@ class BackgroundRetune:
                              f"tuned with {stored[2]} evaluations already, the budget is {budget}")
             return
         copy = ArgumentCopy(self.max_copy_bytes)
-        self._copies[counted] = (copy, stored, (budget,))
+        self._copies[counted] = (copy, stored, budget)
         tuner.request_copy(key, copy)  # Taken by the key's next launch.
 
     def _retune(self, counted: tuple[str, str], tuner: Any, key: tuple, launches: int) -> None:
-        copy, stored, (budget,) = self._copies[counted]
+        copy, stored, budget = self._copies[counted]
         if copy.error is not None:
             del self._copies[counted]
             self._handled_as(counted, tuner, key, launches, budget, stored, None, copy.error)
@@ -384,7 +382,7 @@ class BackgroundRetune:
         copy.wait()
         try:
             with _tuning:
-                config = tuner.retune_copy(key, copy, budget, stored[0], self._gated)
+                config = tuner.retune_copy(key, counted[1], copy, budget, stored[0], self._gated)
         except GiveWay:
             return  # The copy stays: tried again in a later round.
         except Exception as error:  # noqa: BLE001 -- reported in results; the program goes on.

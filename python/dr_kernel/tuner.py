@@ -1411,11 +1411,12 @@ class TunedKernel(TritonAutotuner):
         self._copy_wanted[key] = copy
         self._ready.pop(key, None)  # The next launch takes the slow path, which makes the copy.
 
-    def retune_copy(self, key: tuple, copy, budget: int, incumbent: Mapping[str, Any], gate) -> dict:
-        """Tunes `key` again on a copy of its arguments with `budget` evaluations, the stored winner
-        `incumbent` measured first, each batch timed through `gate(device, measure)`; the winner
-        (the incumbent unless another config re-measures faster) is stored and launches from now on.
-        Called by a background re-tune's thread, holding hot's tuning turn."""
+    def retune_copy(self, key: tuple, store_key: str, copy, budget: int, incumbent: Mapping[str, Any], gate) -> dict:
+        """Tunes `key` (stored under `store_key`) again on a copy of its arguments with `budget`
+        evaluations, the stored winner `incumbent` measured first, each batch timed through
+        `gate(device, measure)`; the winner (the incumbent unless another config re-measures
+        faster) is stored and launches from now on. Called by a background re-tune's thread,
+        holding hot's tuning turn."""
         if os.environ.get("TRITON_INTERPRET") == "1" and not self._isolated():
             # The interpreter patches triton.language while a kernel runs: two at once, in two
             # threads, break each other (the program's launch would raise).
@@ -1426,7 +1427,6 @@ class TunedKernel(TritonAutotuner):
         kwargs = dict(copy.kwargs)
         candidates = self._candidates(nargs, kwargs)
         device = _device_name({**nargs, **kwargs})
-        store_key = self.store_key(key, device, candidates or [self.space_dict or {}])
         here = _tensor_device(nargs)
         config = self._tune(nargs, kwargs, key, device, store_key, candidates, retune=(budget, dict(incumbent)),
                             gate=lambda measure: gate(here, measure))
