@@ -3,10 +3,12 @@ each config's recorded measurement as its time: what a change to the strategy or
 would have done on the GPU's own noisy timings, without the GPU (issue 10).
 
     .venv/bin/python benchmarks/session_replay.py RUN [RUN ...] [--option NAME=VALUE ...] [--stop auto]
-        [--fill OTHER_RUN] [--problems P,...] [--trace]
+        [--fill OTHER_RUN] [--problems P,...] [--trace] [--agent DIR]
 
 A session is replayed exactly as long as it asks only for configs the recorded one measured (the
-cost model, the agent and the seed are the shipped ones, as on the GPU; refusals replay as
+cost model, the agent and the seed are the ones it ran with: the shipped ones, or with --agent
+those of a folder, for runs recorded by an agent shipped before (`benchmarks/results/h200-2026-12-04h/
+agent-cfbe488`: the runs of that folder from `bench-auto-retrained` on); refusals replay as
 recorded; the registers, spills and shared memory the static stage added to each measurement
 come from the run's results.db when it is there). A change that only ends sessions earlier (a
 stop rule) replays every session exactly; one that changes the path leaves the recorded one, and
@@ -42,6 +44,27 @@ ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0, "second_opinion": 0.0, "bina
 
 class LeftThePath(Exception):
     pass
+
+
+def use_agent(folder: Path) -> None:
+    """Makes the agent of `folder` (policy.bin, and cost_model.bin or cost_model.bin.xz) the one the
+    ppo strategy uses in this process."""
+    import lzma
+    import tempfile
+
+    from dr_kernel import _core
+
+    policy, model = folder / "policy.bin", folder / "cost_model.bin"
+    packed = folder / "cost_model.bin.xz"
+    if not policy.exists() or not (model.exists() or packed.exists()):
+        raise SystemExit(f"--agent {folder}: it needs policy.bin and cost_model.bin (or cost_model.bin.xz)")
+    if model.exists():
+        _core.load_agent(str(policy), str(model))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        unpacked = Path(tmp) / "cost_model.bin"
+        unpacked.write_bytes(lzma.decompress(packed.read_bytes()))
+        _core.load_agent(str(policy), str(unpacked))
 
 
 STATIC = ("n_regs", "n_spills", "shared", "occupancy")
@@ -139,7 +162,11 @@ def main() -> None:
                         "the same problem (e.g. one of 50 evaluations), so that a change can be followed further")
     p.add_argument("--problems", help="comma-separated problems to replay (default: all)")
     p.add_argument("--trace", action="store_true", help="print every measurement the replayed session asks for")
+    p.add_argument("--agent", type=Path, help="the agent the runs were recorded with, if not the shipped one: a folder "
+                                              "of policy.bin and cost_model.bin (or .bin.xz)")
     args = p.parse_args()
+    if args.agent:
+        use_agent(args.agent)
     options = {k: float(v) for k, _, v in (o.partition("=") for o in args.option)}
     fill = fill_times(args.fill)
     wanted = set(args.problems.split(",")) if args.problems else None

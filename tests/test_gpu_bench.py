@@ -130,27 +130,33 @@ def test_session_replay_ends_a_recorded_h200_session_where_a_stop_rule_would_hav
     session code: with the agent and the stop rule that ran, it replays the session exactly; a stop
     rule that only ends sessions earlier replays it exactly up to its end. (Exact only with the
     agent that recorded it: the run is the first of the agent trained on the matmul tables recorded
-    again, in the eighth session of 2026-12-04.)"""
+    again, in the eighth session of 2026-12-04, kept beside the run for this.)"""
     spec = importlib.util.spec_from_file_location("session_replay", SCRIPT.parent / "session_replay.py")
     replay = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(replay)
     run_dir = SCRIPT.parents[1] / "benchmarks" / "results" / "h200-2026-12-04h" / "bench-auto-retrained"
-    row = json.loads((run_dir / "matmul-8x8192x8192.json").read_text())
-    static = replay.static_fields(run_dir / "results.db")
-    history = row["dr_kernel"]["history"]
-    assert len(history) == 28 and static
-    result = replay.replay(row, {}, "auto", static)
-    assert result["evaluations"] == 28 and result["best_ms"] == min(h["ms"] for h in history if h["status"] == "ok")
-    # A window of 8 measurements instead of 24 ends it sooner, on the same path.
-    shorter = replay.replay(row, {"stop_patience": 8}, "auto", static)
-    n = shorter["evaluations"]
-    assert 8 < n < 28
-    assert shorter["best_ms"] == min(h["ms"] for h in history[:n] if h["status"] == "ok")
-    # A session whose recorded path ends before the replay's is reported where it left it; with
-    # another run's session of the problem filling in (--fill), it goes on through that one's times.
-    row["dr_kernel"]["history"] = history[:5]
-    assert replay.replay(row, {}, "budget", static) == {"left_at": 6}
-    fill = replay.fill_times([run_dir])["matmul-8x8192x8192"]
-    assert len(fill) == 28
-    filled = replay.replay(row, {}, "auto", static, fill)
-    assert filled["filled"] == 23 and filled["evaluations"] == 28
+    replay.use_agent(run_dir.parent / "agent-cfbe488")
+    try:
+        row = json.loads((run_dir / "matmul-8x8192x8192.json").read_text())
+        static = replay.static_fields(run_dir / "results.db")
+        history = row["dr_kernel"]["history"]
+        assert len(history) == 28 and static
+        result = replay.replay(row, {}, "auto", static)
+        assert result["evaluations"] == 28 and result["best_ms"] == min(h["ms"] for h in history if h["status"] == "ok")
+        # A window of 8 measurements instead of 24 ends it sooner, on the same path.
+        shorter = replay.replay(row, {"stop_patience": 8}, "auto", static)
+        n = shorter["evaluations"]
+        assert 8 < n < 28
+        assert shorter["best_ms"] == min(h["ms"] for h in history[:n] if h["status"] == "ok")
+        # A session whose recorded path ends before the replay's is reported where it left it; with
+        # another run's session of the problem filling in (--fill), it goes on through that one's times.
+        row["dr_kernel"]["history"] = history[:5]
+        assert replay.replay(row, {}, "budget", static) == {"left_at": 6}
+        fill = replay.fill_times([run_dir])["matmul-8x8192x8192"]
+        assert len(fill) == 28
+        filled = replay.replay(row, {}, "auto", static, fill)
+        assert filled["filled"] == 23 and filled["evaluations"] == 28
+    finally:
+        from dr_kernel import MODEL_FILE, POLICY_FILE, _core
+
+        _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))  # The shipped agent, for the tests after this one.

@@ -440,6 +440,7 @@ void CostModel::Save(std::ostream& out) const {
   io::WriteU64(out, static_cast<uint64_t>(d.max_regs_per_thread));
   io::WriteF64(out, d.sfu_tops);
   io::WriteU64(out, static_cast<uint64_t>(d.warps_to_saturate));
+  io::WriteF64(out, d.dot_step_latency_us);  // Version 3.
   // Feature set.
   const auto& names = FeatureExtractor::names();
   io::WriteU64(out, names.size());
@@ -484,7 +485,7 @@ CostModel CostModel::Load(std::istream& in) {
         "the stream is not a dr_kernel cost model (it does not start with 'dr_kernel cost model'); "
         "pass a file written by CostModel::Save");
   const uint64_t version = io::ReadU64(in, "the format version");
-  if (version != 1 && version != kFormatVersion)
+  if (version < 1 || version > kFormatVersion)
     throw ModelError("the cost model was saved in format version " + std::to_string(version) +
                      " but this build reads versions 1 to " + std::to_string(kFormatVersion) +
                      "; refit the model with this build or load it with the build that saved it");
@@ -520,6 +521,8 @@ CostModel CostModel::Load(std::istream& in) {
   d.max_regs_per_thread = static_cast<int>(io::ReadU64(in, "the device"));
   d.sfu_tops = io::ReadF64(in, "the device");
   d.warps_to_saturate = static_cast<int>(io::ReadU64(in, "the device"));
+  // A model saved before the latency term predicts without it, as it was trained.
+  d.dot_step_latency_us = version >= 3 ? io::ReadF64(in, "the device") : 0.0;
 
   const auto& names = FeatureExtractor::names();
   const uint64_t nf = io::ReadU64(in, "the feature names");

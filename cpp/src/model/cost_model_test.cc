@@ -108,6 +108,7 @@ TEST(CostModelTest, SaveLoadKeepsTheDevice) {
   device.has_warpgroup_mma = false;
   device.memory_latency_us = 0.8;
   device.max_regs_per_thread = 200;
+  device.dot_step_latency_us = 0.35;
   CostModel model(SmallOptions(), device);
   model.Add(Tables({"softmax"})[0]);
   model.Fit();
@@ -121,6 +122,7 @@ TEST(CostModelTest, SaveLoadKeepsTheDevice) {
   EXPECT_FALSE(d.has_warpgroup_mma);
   EXPECT_EQ(d.memory_latency_us, 0.8);
   EXPECT_EQ(d.max_regs_per_thread, 200);
+  EXPECT_EQ(d.dot_step_latency_us, 0.35);
 }
 
 TEST(CostModelTest, LoadRejectsOtherStreamsWithClearErrors) {

@@ -198,6 +198,7 @@ bool EstimateMatmul(const Problem& problem, const Lookup& shape, const Lookup& c
   if (!e->warpgroup_mma) e->regs_per_thread += (bm + bn) * bk * es / 4 / (32 * launch.num_warps);
   e->stage_bytes = (bm + bn) * bk * es;
   e->buffers = std::min(buffers, k_iters);
+  e->dot_steps = 1;  // The accumulating dot waits for its operands' stage.
   e->tensor_cores = true;
   return true;
 }
@@ -246,6 +247,9 @@ bool EstimateAttention(const Problem& problem, const Lookup& shape, const Lookup
   }
   e->stage_bytes = kv;
   e->buffers = std::min(e->loop_iters, e->warpgroup_mma ? stages : std::max(1.0, stages - 1));
+  // Q·Kᵀ, then the row maximum, exponentials and sums it waits for, then P·V: two dependent dots
+  // and the reductions between them, about half a step more.
+  e->dot_steps = 2.5;
   e->tensor_cores = true;
   return true;
 }
@@ -358,7 +362,17 @@ double FeatureExtractor::AnalyticMs(const KernelEstimate& e, double num_warps) c
   const double spill_bytes = e.programs * 32 * num_warps * spills * 4 * 2 * std::max(1.0, e.loop_iters);
   const double memory_ms = std::max(e.bytes / std::max(dram, 1.0),
                                     (e.programs * e.tile_bytes + spill_bytes) / (device_.l2_tb_per_s * 1e9));
-  return std::max(compute_ms, memory_ms) + device_.launch_overhead_ms;
+  // Latency: every iteration of the loop waits on its chain of dependent dots, which only other
+  // resident programs hide (registers count here, as they bound how many programs are resident).
+  double latency_ms = 0;
+  if (e.dot_steps > 0 && device_.dot_step_latency_us > 0) {
+    double hiding = resident;
+    if (regs > 0) hiding = std::min(hiding, std::floor(device_.regs_per_sm / (regs * 32 * num_warps)));
+    hiding = std::max(hiding, 1.0);
+    latency_ms = std::ceil(per_sm / hiding) * std::max(1.0, e.loop_iters) * e.dot_steps *
+                 device_.dot_step_latency_us * 1e-3;
+  }
+  return std::max({compute_ms, memory_ms, latency_ms}) + device_.launch_overhead_ms;
 }
 
 StaticFeatures StaticFeatures::From(const Measurement& m) {

@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "dr_kernel/table.h"
 
@@ -157,6 +161,46 @@ TEST(FeaturesTest, SplitKMultipliesProgramsAndDividesTheLoop) {
   const auto f = fx.Extract(p, eight);
   EXPECT_EQ(At(f, "extra_param0_log2"), 0);
   EXPECT_LT(At(f, "analytic_ms_log2"), At(fx.Extract(p, plain), "analytic_ms_log2"));
+}
+
+// Position of the table's fastest config when its ok rows are sorted by the analytic time.
+size_t AnalyticRankOfBest(const ProblemTable& t, const FeatureExtractor& fx) {
+  std::vector<std::pair<double, double>> rows;  // (analytic ms, measured ms)
+  for (const auto& r : t.rows) {
+    if (r.measurement.status != Status::kOk) continue;
+    const KernelEstimate e = fx.Estimate(t.problem, r.config);
+    double warps = 4;
+    for (const auto& [name, v] : r.config)
+      if (name == "num_warps") warps = static_cast<double>(std::get<int64_t>(v));
+    rows.emplace_back(fx.AnalyticMs(e, warps), r.measurement.ms);
+  }
+  const auto best = std::min_element(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  size_t faster = 0;
+  for (const auto& r : rows) faster += r.first < best->first;
+  return faster;
+}
+
+// Causal attention at 2048 keys is bound by the latency of each loop iteration's chain of two dots
+// and a softmax: BLOCK_N 16 runs four times the iterations of BLOCK_N 64 and is 1.4x slower on the
+// H200, which a throughput model alone does not see. The latency term moves the table's fastest
+// config (64 x 64, 4 warps, 3 stages) up the analytic order, and makes BLOCK_N 16 slower than 64.
+TEST(FeaturesTest, LoopLatencyMovesTheCausalAttentionBestUp) {
+  const auto tables = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/attention_2x16x2048x128_causal_fp16.jsonl"});
+  ASSERT_EQ(tables.size(), 1u);
+  DeviceDescription throughput_only;
+  throughput_only.dot_step_latency_us = 0;
+  const FeatureExtractor with, without(throughput_only);
+  const size_t rank_with = AnalyticRankOfBest(tables[0], with), rank_without = AnalyticRankOfBest(tables[0], without);
+  EXPECT_LE(rank_with + 10, rank_without) << rank_with << " vs " << rank_without;
+
+  const Problem& p = tables[0].problem;
+  auto config = [](int64_t bn) {
+    return NamedValues{
+        {"BLOCK_M", int64_t{128}}, {"BLOCK_N", bn}, {"num_warps", int64_t{8}}, {"num_stages", int64_t{3}}};
+  };
+  EXPECT_GT(with.AnalyticMs(with.Estimate(p, config(16)), 8), with.AnalyticMs(with.Estimate(p, config(64)), 8));
+  EXPECT_LE(without.AnalyticMs(without.Estimate(p, config(16)), 8),
+            without.AnalyticMs(without.Estimate(p, config(64)), 8));
 }
 
 TEST(FeaturesTest, UnknownFamiliesGetGenericFeaturesOnly) {

@@ -154,8 +154,9 @@ class CostModel {
   // version, another feature set, or a truncated stream.
   static CostModel Load(std::istream& in);
 
-  // The format version that Save writes; Load also reads version 1 (before counters).
-  static constexpr uint64_t kFormatVersion = 2;
+  // The format version that Save writes; Load also reads versions 1 (before counters) and 2 (before
+  // the device's dot-step latency).
+  static constexpr uint64_t kFormatVersion = 3;
 
  private:
   // A family the model has an analytic time for and no training row of (see unseen_family_log_std).
