@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 LEGACY_OPTIONS = {"jump_draws": 1.0, "climb_ridge": 0.0}
 # Options added since rows record theirs (ninth session of 2026-12-04), with the value that is the
 # behaviour before them: a row without one ran without it.
-ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0, "second_opinion": 0.0, "binaries": 0.0}
+ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0, "second_opinion": 0.0, "binaries": 0.0, "twins": 0.0}
 
 
 class LeftThePath(Exception):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
+#include <iterator>
 #include <stdexcept>
 
 namespace dr_kernel {
@@ -373,6 +374,22 @@ double FeatureExtractor::AnalyticMs(const KernelEstimate& e, double num_warps) c
                  device_.dot_step_latency_us * 1e-3;
   }
   return std::max({compute_ms, memory_ms, latency_ms}) + device_.launch_overhead_ms;
+}
+
+bool FeatureExtractor::AnalyticTwins(const Problem& problem, const NamedValues& a, const NamedValues& b) const {
+  const KernelEstimate x = Estimate(problem, a), y = Estimate(problem, b);
+  if (!x.known || !y.known) return false;
+  const Launch la = LaunchOf(Lookup(a)), lb = LaunchOf(Lookup(b));
+  if (la.num_warps != lb.num_warps || la.num_stages != lb.num_stages) return false;
+  const double xs[] = {x.programs,   x.tile_flops,       x.tile_sfu_ops,    x.tile_bytes, x.padding_waste,
+                       x.loop_iters, x.elems_per_thread, x.regs_per_thread, x.smem_bytes, x.stage_bytes,
+                       x.buffers,    x.dot_steps};
+  const double ys[] = {y.programs,   y.tile_flops,       y.tile_sfu_ops,    y.tile_bytes, y.padding_waste,
+                       y.loop_iters, y.elems_per_thread, y.regs_per_thread, y.smem_bytes, y.stage_bytes,
+                       y.buffers,    y.dot_steps};
+  for (size_t i = 0; i < std::size(xs); ++i)
+    if (std::abs(xs[i] - ys[i]) > 1e-9 * std::max(std::abs(xs[i]), std::abs(ys[i]))) return false;
+  return x.warpgroup_mma == y.warpgroup_mma && x.tensor_cores == y.tensor_cores;
 }
 
 StaticFeatures StaticFeatures::From(const Measurement& m) {

@@ -203,6 +203,31 @@ TEST(FeaturesTest, LoopLatencyMovesTheCausalAttentionBestUp) {
             without.AnalyticMs(without.Estimate(p, config(64)), 8));
 }
 
+// The analytic estimate of a square matmul cannot tell a tile from its transpose, nor two GROUP_M
+// orders of one tile; it tells the transpose apart where the grid differs (4096 x 192: 96 programs
+// of 128 x 64 against 128 of 64 x 128), and other launches always.
+TEST(FeaturesTest, AnalyticTwinsAreConfigsTheEstimateCannotTellApart) {
+  auto matmul = [](int64_t m, int64_t n) {
+    return Problem{"matmul", {{"M", m}, {"N", n}, {"K", int64_t{1024}}}, "NVIDIA H200", "fp16"};
+  };
+  auto tile = [](int64_t bm, int64_t bn, int64_t group, int64_t stages) {
+    return NamedValues{{"BLOCK_M", bm},        {"BLOCK_N", bn},          {"BLOCK_K", int64_t{128}},
+                       {"GROUP_M", group},     {"num_warps", int64_t{4}}, {"num_stages", stages}};
+  };
+  const FeatureExtractor fx;
+  const Problem square = matmul(1024, 1024), oblong = matmul(4096, 192);
+  EXPECT_TRUE(fx.AnalyticTwins(square, tile(128, 64, 1, 4), tile(64, 128, 1, 4)));
+  EXPECT_TRUE(fx.AnalyticTwins(square, tile(128, 64, 1, 4), tile(64, 128, 8, 4)));
+  EXPECT_TRUE(fx.AnalyticTwins(oblong, tile(128, 64, 1, 4), tile(128, 64, 8, 4)));
+  EXPECT_FALSE(fx.AnalyticTwins(oblong, tile(128, 64, 1, 4), tile(64, 128, 1, 4)));
+  EXPECT_FALSE(fx.AnalyticTwins(square, tile(128, 64, 1, 4), tile(64, 128, 1, 3)));
+  NamedValues eight = tile(64, 128, 1, 4);
+  eight[4].second = int64_t{8};
+  EXPECT_FALSE(fx.AnalyticTwins(square, tile(128, 64, 1, 4), eight));
+  const Problem unknown{"my_kernel", {{"n", int64_t{1 << 20}}}, "", ""};
+  EXPECT_FALSE(fx.AnalyticTwins(unknown, {{"BLOCK_SIZE", int64_t{1024}}}, {{"BLOCK_SIZE", int64_t{1024}}}));
+}
+
 TEST(FeaturesTest, UnknownFamiliesGetGenericFeaturesOnly) {
   const Problem p{"my_kernel", {{"n", int64_t{1 << 20}}, {"dtype", std::string("fp16")}}, "", ""};
   const NamedValues c = {{"BLOCK_SIZE", int64_t{1024}}, {"num_warps", int64_t{8}}, {"UNROLL", int64_t{4}}};

@@ -301,6 +301,26 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // config that also moves one other parameter one step (Walk::RidgeStep).
   const bool climb_ridge = options.Get("climb_ridge") > 0;
   std::optional<Config> best_before;  // The best config before the last round's measurements.
+  // The best config's analytic twins (FeatureExtractor::AnalyticTwins): configs the physics of the
+  // cost model cannot tell from it, so that only a measurement can. Up to `twins` of them, the most
+  // promising first and at most `limit`, once per best config: a climb at a local optimum measures
+  // them, and so does stop_local's check before a session ends.
+  const int64_t twins = options.Int("twins");
+  std::unordered_set<uint64_t> twinned;  // Best configs whose twins were asked for.
+  auto untried_twins = [&](size_t limit) {
+    std::vector<Config> out;
+    if (twins <= 0 || evaluator.best() == nullptr || !trained->model ||
+        !twinned.insert(space.Index(evaluator.best()->config)).second)
+      return out;
+    const NamedValues best = space.Named(evaluator.best()->config);
+    for (uint64_t index : prior->order) {
+      if (static_cast<int64_t>(out.size()) >= twins || out.size() >= limit) break;
+      const Config c = space.FromIndex(index);
+      if (walks[0].Measured(c) || walks[0].Covered(c) || walks[0].StaticallyFails(index)) continue;
+      if (trained->model->features().AnalyticTwins(problem, best, space.Named(c))) out.push_back(c);
+    }
+    return out;
+  };
   // Static verdicts: what the environment knows of a config without measuring it (the session's
   // compile stage, which compiles the neighbours of what it measures ahead of need; a replayed
   // table's recorded compile outcomes). Asked for the one-step neighbours of each measured config.
@@ -404,6 +424,15 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       for (size_t i = 0; i < unchecked.size() && static_cast<int>(i) < walkers; ++i) {
         batch.push_back(std::move(unchecked[i]));
         why.push_back("climb");
+      }
+    }
+    // At a local optimum (no neighbour left to climb to), the incumbent's analytic twins, the most
+    // promising first, up to `twins` per incumbent: what the physics cannot tell apart, only a
+    // measurement can.
+    if (climb > 0 && batch.empty() && (unseen || doubted) && evaluator.evals() >= climb) {
+      for (Config& c : untried_twins(static_cast<size_t>(walkers))) {
+        batch.push_back(std::move(c));
+        why.push_back("twin: the analytic estimate of the best");
       }
     }
     const bool climbing = !batch.empty();
@@ -516,12 +545,20 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       // one region of the space; a neighbour is where they are least extrapolated.
       for (;;) {
         auto unchecked = walks[0].UncheckedNeighbours(stop_near, stop_near_top);
+        std::vector<std::string> checks(unchecked.size(), "check: a neighbour of the best before stopping");
+        for (Config& c : untried_twins(std::numeric_limits<size_t>::max())) {
+          if (std::find(unchecked.begin(), unchecked.end(), c) != unchecked.end()) continue;
+          unchecked.push_back(std::move(c));
+          checks.push_back("check: an analytic twin of the best before stopping");
+        }
         if (unchecked.empty()) return;
         const int64_t left = std::min(evaluator.evals_left(), std::max<int64_t>(1, patience_left()));
         if (evaluator.evals_left() <= 0) return;
-        if (static_cast<int64_t>(unchecked.size()) > left) unchecked.resize(static_cast<size_t>(left));
+        if (static_cast<int64_t>(unchecked.size()) > left) {
+          unchecked.resize(static_cast<size_t>(left));
+          checks.resize(unchecked.size());
+        }
         const double before = walks[0].best_log_ms();
-        const std::vector<std::string> checks(unchecked.size(), "check: a neighbour of the best before stopping");
         const auto checked = evaluator.Evaluate(unchecked, &checks);
         learn_static(unchecked);
         for (size_t i = 0; i < unchecked.size(); ++i)
@@ -615,6 +652,10 @@ StrategyInfo PpoStrategy() {
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
                      "the policy acts, so that it moves on from local optima (0: never; benchmarks/agent.md)", 2},
+           {"twins", "with the climb: at a local optimum, measure up to this many of the best config's untried "
+                     "analytic twins (configs the cost model's analytic estimate cannot tell from it: a matmul tile "
+                     "and its transpose on a square problem), the most promising first, once per best config (0: "
+                     "off; benchmarks/agent.md)", 1},
            {"inert", "after this many pairs of configs that differ in one parameter only and measured the same "
                      "time (the same binary, copied), and none that differed, the parameter is inert: no move "
                      "or jump measures a config whose other values were measured (0: off)", agent::kInertPairs}},

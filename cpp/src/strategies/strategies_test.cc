@@ -9,6 +9,7 @@
 #include <set>
 
 #include "dr_kernel/agent/agent.h"
+#include "dr_kernel/model/features.h"
 #include "dr_kernel/replay.h"
 #include "dr_kernel/strategy.h"
 
@@ -451,6 +452,72 @@ TEST(PpoTest, WithClimbAheadAStepThatPaidIsTakenAgainFirst) {
     if (!(other.history()[i].config == plain.history()[i].config))
       return ::testing::AssertionFailure() << "measurement " << i + 1 << " differs from the plain session's";
   return ::testing::AssertionSuccess();
+}
+
+TEST(PpoTest, AtALocalOptimumTheClimbMeasuresTheBestConfigsAnalyticTwin) {
+  // matmul 1024^3: a tile and its transpose (and the GROUP_M orders of both) are one kernel to the
+  // analytic estimate. With twins, a climbing session that reaches a local optimum measures its
+  // best config's most promising untried twin (Trial::why "twin: ..."), once per best config; a
+  // session without twins never does, and is the same session until the first twin. Before a
+  // session ends, stop_local's check measures the best's twin beside its neighbours.
+  EnsureAgent();
+  const FeatureExtractor fx;
+  const ProblemTable& table = Tables()[4];
+  int twins = 0;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    ReplayEnv env(table), plain_env(table);
+    Evaluator session(env, Budget{40}), plain(plain_env, Budget{40});
+    RunStrategy("ppo", session, seed, {{"twins", 1}});
+    RunStrategy("ppo", plain, seed, {{"twins", 0}});
+    const auto& history = session.history();
+    std::set<uint64_t> twinned;
+    bool diverged = false;
+    for (size_t i = 0; i < history.size(); ++i) {
+      EXPECT_EQ(plain.history()[i].why.rfind("twin", 0), std::string::npos);
+      if (history[i].why.rfind("twin", 0) != 0) {
+        if (!diverged) EXPECT_EQ(history[i].config, plain.history()[i].config) << "seed " << seed << " at " << i;
+        continue;
+      }
+      diverged = true;
+      ++twins;
+      size_t best = 0;
+      for (size_t j = 1; j < i; ++j)
+        if (history[j].measurement.objective() < history[best].measurement.objective()) best = j;
+      EXPECT_TRUE(fx.AnalyticTwins(table.problem, env.space().Named(history[best].config),
+                                   env.space().Named(history[i].config)))
+          << "seed " << seed << " evaluation " << i + 1;
+      EXPECT_TRUE(twinned.insert(env.space().Index(history[best].config)).second) << "twins of one best twice";
+    }
+  }
+  std::printf("twins measured in 6 sessions of 40: %d\n", twins);
+  EXPECT_GE(twins, 3);
+
+  // stop_local's check before a session ends counts the twins of the best among its neighbours.
+  int checked = 0;
+  const std::map<std::string, double> stopping = {
+      {"stop", 0.2}, {"stop_local", 1}, {"stop_near", 0.01}, {"stop_patience", 24}, {"climb_doubt", 0}};
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    ReplayEnv env(table);
+    Evaluator session(env, Budget{100});
+    RunStrategy("ppo", session, seed, stopping);
+    const auto& history = session.history();
+    for (size_t i = 0; i < history.size(); ++i) {
+      if (history[i].why != "check: an analytic twin of the best before stopping") continue;
+      ++checked;
+      // A twin of a config that was the best at some point (its batch's neighbours come first).
+      bool twin_of_a_best = false;
+      double best_ms = kInf;
+      for (size_t j = 0; j < i; ++j) {
+        if (!(history[j].measurement.objective() <= best_ms)) continue;
+        best_ms = history[j].measurement.objective();
+        twin_of_a_best |= fx.AnalyticTwins(table.problem, env.space().Named(history[j].config),
+                                           env.space().Named(history[i].config));
+      }
+      EXPECT_TRUE(twin_of_a_best) << "seed " << seed << " evaluation " << i + 1;
+    }
+  }
+  std::printf("twins checked before stopping in 6 sessions: %d\n", checked);
+  EXPECT_GE(checked, 1);
 }
 
 TEST(PpoTest, WithClimbRidgeTheClimbFollowsTheConstraintsWhereAOneStepMoveBreaksThem) {

@@ -117,6 +117,12 @@ class FeatureExtractor {
   // for unknown families. The cost model predicts log time relative to it.
   double AnalyticMs(const KernelEstimate& e, double num_warps) const;
 
+  // Whether the analytic estimate cannot tell config `a` from `b` of `problem`: the same grid,
+  // tiles, loop, registers, shared memory and pipeline, and the same warps and stages (a matmul tile
+  // and its transpose on a square problem; two GROUP_M orders of one tile). False when the family
+  // has no analytic model.
+  bool AnalyticTwins(const Problem& problem, const NamedValues& a, const NamedValues& b) const;
+
   // Families with derived features, e.g. {"matmul", "attention", "softmax", "rmsnorm"}.
   static std::vector<std::string> KnownFamilies();
 
