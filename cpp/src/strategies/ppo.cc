@@ -652,10 +652,10 @@ StrategyInfo PpoStrategy() {
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
                      "the policy acts, so that it moves on from local optima (0: never; benchmarks/agent.md)", 2},
-           {"twins", "with the climb: at a local optimum, measure up to this many of the best config's untried "
-                     "analytic twins (configs the cost model's analytic estimate cannot tell from it: a matmul tile "
-                     "and its transpose on a square problem), the most promising first, once per best config (0: "
-                     "off; benchmarks/agent.md)", 1},
+           {"twins", "at a local optimum of the climb, and in stop_local's check before a session ends, measure "
+                     "up to this many of the best config's untried analytic twins (configs the cost model's "
+                     "analytic estimate cannot tell from it: a matmul tile and its transpose on a square problem), "
+                     "the most promising first, once per best config (0: off; benchmarks/agent.md)", 1},
            {"inert", "after this many pairs of configs that differ in one parameter only and measured the same "
                      "time (the same binary, copied), and none that differed, the parameter is inert: no move "
                      "or jump measures a config whose other values were measured (0: off)", agent::kInertPairs}},
