@@ -1,9 +1,9 @@
 #include "dr_kernel/model/features.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <initializer_list>
-#include <iterator>
 #include <stdexcept>
 
 namespace dr_kernel {
@@ -381,13 +381,13 @@ bool FeatureExtractor::AnalyticTwins(const Problem& problem, const NamedValues& 
   if (!x.known || !y.known) return false;
   const Launch la = LaunchOf(Lookup(a)), lb = LaunchOf(Lookup(b));
   if (la.num_warps != lb.num_warps || la.num_stages != lb.num_stages) return false;
-  const double xs[] = {x.programs,   x.tile_flops,       x.tile_sfu_ops,    x.tile_bytes, x.padding_waste,
-                       x.loop_iters, x.elems_per_thread, x.regs_per_thread, x.smem_bytes, x.stage_bytes,
-                       x.buffers,    x.dot_steps};
-  const double ys[] = {y.programs,   y.tile_flops,       y.tile_sfu_ops,    y.tile_bytes, y.padding_waste,
-                       y.loop_iters, y.elems_per_thread, y.regs_per_thread, y.smem_bytes, y.stage_bytes,
-                       y.buffers,    y.dot_steps};
-  for (size_t i = 0; i < std::size(xs); ++i)
+  auto fields = [](const KernelEstimate& e) {
+    return std::array{e.programs,   e.tile_flops,       e.tile_sfu_ops,    e.tile_bytes, e.padding_waste,
+                      e.loop_iters, e.elems_per_thread, e.regs_per_thread, e.smem_bytes, e.stage_bytes,
+                      e.buffers,    e.dot_steps};
+  };
+  const auto xs = fields(x), ys = fields(y);
+  for (size_t i = 0; i < xs.size(); ++i)
     if (std::abs(xs[i] - ys[i]) > 1e-9 * std::max(std::abs(xs[i]), std::abs(ys[i]))) return false;
   return x.warpgroup_mma == y.warpgroup_mma && x.tensor_cores == y.tensor_cores;
 }
