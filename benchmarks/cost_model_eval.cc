@@ -4,6 +4,8 @@
 //   cost_model_eval [--data DIR] [--static 0|1|both] [--members K] [--trees N] [--depth D] [--lr X]
 //                   [--leaf N] [--l2 X] [--subsample X] [--colsample X] [--seed S] [--timing 0|1]
 //   cost_model_eval --family-unseen 1    # every bundled table: its family seen against never seen
+//   cost_model_eval --analytic-only 1 [--dot-step-latency-us X] [--memory-latency-us X]
+//                                        # the analytic time's ranking of every table it models
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -223,11 +225,14 @@ void PrintSeenAgainstUnseen(const std::vector<ProblemTable>& tables, const CostM
 }
 
 // The analytic time alone (no training): how far first principles get.
-void PrintAnalytic(const std::vector<ProblemTable>& tables) {
-  const dr_kernel::FeatureExtractor fx;
+void PrintAnalytic(const std::vector<ProblemTable>& tables, const dr_kernel::DeviceDescription& device = {}) {
+  const dr_kernel::FeatureExtractor fx(device);
+  double spearman_sum = 0, log_evals = 0;
+  int counted = 0;
   std::printf("\n### Analytic time alone (FeatureExtractor::AnalyticMs, no training)\n\n");
   std::printf("| problem | Spearman | predicted best / oracle | evals to 1.05x |\n|---|---|---|---|\n");
   for (const auto& t : tables) {
+    if (t.rows.empty() || !fx.Estimate(t.problem, t.rows.front().config).known) continue;  // No analytic model.
     std::vector<double> predicted, measured;
     std::vector<std::pair<double, double>> order;  // (analytic, objective)
     for (const auto& row : t.rows) {
@@ -248,10 +253,16 @@ void PrintAnalytic(const std::vector<ProblemTable>& tables) {
         evals = i + 1;
         break;
       }
-    std::printf("| %s | %.3f | %s | %zu |\n", t.problem.Label().c_str(),
-                dr_kernel::SpearmanCorrelation(predicted, measured),
+    const double rho = dr_kernel::SpearmanCorrelation(predicted, measured);
+    std::printf("| %s | %.3f | %s | %zu |\n", t.problem.Label().c_str(), rho,
                 Fixed(order.front().second / t.oracle_ms(), 3).c_str(), evals);
+    spearman_sum += rho;
+    log_evals += std::log(static_cast<double>(evals));
+    ++counted;
   }
+  if (counted > 0)
+    std::printf("\nMean Spearman %.3f, evaluations to 1.05x in the analytic order %.2f (geomean) over %d tables.\n",
+                spearman_sum / counted, std::exp(log_evals / counted), counted);
 }
 
 }  // namespace
@@ -288,6 +299,19 @@ int main(int argc, char** argv) {
                                             : dr_kernel::TimeBaseline::kRoofline;
   const std::string use_static = get("--static", "both");
 
+  if (get("--analytic-only", "0") == "1") {
+    // Every bundled table of a family with an analytic model, under device constants given here.
+    dr_kernel::DeviceDescription device;
+    device.dot_step_latency_us = std::stod(get("--dot-step-latency-us", std::to_string(device.dot_step_latency_us)));
+    device.memory_latency_us = std::stod(get("--memory-latency-us", std::to_string(device.memory_latency_us)));
+    try {
+      PrintAnalytic(dr_kernel::ReadTables(AllTableFiles(dir)), device);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
   if (get("--family-unseen", "0") == "1") {
     try {
       PrintSeenAgainstUnseen(dr_kernel::ReadTables(AllTableFiles(dir)), options);
