@@ -20,7 +20,8 @@ Per problem: evaluations recorded and replayed, the best time of each, replayed 
 replayed with the strategy options it ran with: rows record them since the eighth session of
 2026-12-04; older rows ran before `jump_draws` and `climb_ridge` existed, whose defaults changed
 then, and replay with those two off (LEGACY_OPTIONS); options added since (`static`, `climb_doubt`,
-`second_opinion`, `binaries`) are off for rows that do not record them (ADDED_OPTIONS).
+`second_opinion`, `binaries`, `twins`, `twin_after`) are off for rows that do not record them
+(ADDED_OPTIONS).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 LEGACY_OPTIONS = {"jump_draws": 1.0, "climb_ridge": 0.0}
 # Options added since rows record theirs (ninth session of 2026-12-04), with the value that is the
 # behaviour before them: a row without one ran without it.
-ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0, "second_opinion": 0.0, "binaries": 0.0, "twins": 0.0}
+ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0, "second_opinion": 0.0, "binaries": 0.0, "twins": 0.0,
+                 "twin_after": 0.0}
 
 
 class LeftThePath(Exception):

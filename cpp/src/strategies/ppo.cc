@@ -307,6 +307,10 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // them, and so does stop_local's check before a session ends.
   const int64_t twins = options.Int("twins");
   std::unordered_set<uint64_t> twinned;  // Best configs whose twins were asked for.
+  // With twin_after, the twins come before the rest of the climb once this many climb rounds in a
+  // row have not moved the best.
+  const int64_t twin_after = options.Int("twin_after");
+  int64_t stale_climbs = 0;
   auto untried_twins = [&](size_t limit) {
     std::vector<Config> out;
     if (twins <= 0 || evaluator.best() == nullptr || !trained->model ||
@@ -421,7 +425,12 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
           if (it != unchecked.end()) std::rotate(unchecked.begin(), it, it + 1);
         }
       }
-      for (size_t i = 0; i < unchecked.size() && static_cast<int>(i) < walkers; ++i) {
+      if (twin_after > 0 && stale_climbs >= twin_after)
+        for (Config& c : untried_twins(static_cast<size_t>(walkers))) {
+          batch.push_back(std::move(c));
+          why.push_back("twin: the analytic estimate of the best");
+        }
+      for (size_t i = 0; i < unchecked.size() && static_cast<int>(batch.size()) < walkers; ++i) {
         batch.push_back(std::move(unchecked[i]));
         why.push_back("climb");
       }
@@ -498,6 +507,8 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     }
     if (evaluator.best() != nullptr) best_before = evaluator.best()->config;
     const auto results = evaluator.Evaluate(batch, &why);
+    if (climbing) ++stale_climbs;
+    if (evaluator.best() != nullptr && (!best_before || !(evaluator.best()->config == *best_before))) stale_climbs = 0;
     learn_static(batch);
     if (climbing)
       for (auto& w : walks)
@@ -652,7 +663,11 @@ StrategyInfo PpoStrategy() {
            {"climb", "on a kernel family the cost model has not seen, from this many measurements on, measure the "
                      "best config's untried one-step neighbours (one a round, the most promising first) before "
                      "the policy acts, so that it moves on from local optima (0: never; benchmarks/agent.md)", 2},
-           {"twins", "at a local optimum of the climb, and in stop_local's check before a session ends, measure "
+           {"twin_after", "with twins, measure the best config's twins before the rest of its climb once this many "
+                          "climb rounds in a row have not moved the best (0: only at a local optimum; "
+                          "benchmarks/agent.md)", 4},
+           {"twins", "at a local optimum of the climb (or sooner: twin_after), and in stop_local's check before a "
+                     "session ends, measure "
                      "up to this many of the best config's untried analytic twins (configs the cost model's "
                      "analytic estimate cannot tell from it: a matmul tile and its transpose on a square problem), "
                      "the most promising first, once per best config (0: off; benchmarks/agent.md)", 1},

@@ -456,8 +456,9 @@ TEST(PpoTest, WithClimbAheadAStepThatPaidIsTakenAgainFirst) {
 
 TEST(PpoTest, AtALocalOptimumTheClimbMeasuresTheBestConfigsAnalyticTwin) {
   // matmul 1024^3: a tile and its transpose (and the GROUP_M orders of both) are one kernel to the
-  // analytic estimate. With twins, a climbing session that reaches a local optimum measures its
-  // best config's most promising untried twin (Trial::why "twin: ..."), once per best config; a
+  // analytic estimate. With twins, a climbing session that reaches a local optimum (or, with
+  // twin_after, has climbed that many rounds without a new best) measures its best config's most
+  // promising untried twin (Trial::why "twin: ..."), once per best config; a
   // session without twins never does, and is the same session until the first twin. Before a
   // session ends, stop_local's check measures the best's twin beside its neighbours.
   EnsureAgent();
@@ -518,6 +519,36 @@ TEST(PpoTest, AtALocalOptimumTheClimbMeasuresTheBestConfigsAnalyticTwin) {
   }
   std::printf("twins checked before stopping in 6 sessions: %d\n", checked);
   EXPECT_GE(checked, 1);
+
+  // With twin_after (4, the default), the twin comes once four climb rounds in a row have not moved
+  // the best, before the rest of the climb: the session is the one without it until then.
+  int earlier = 0;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    ReplayEnv env(table), late_env(table);
+    Evaluator session(env, Budget{40}), late(late_env, Budget{40});
+    RunStrategy("ppo", session, seed, {{"twin_after", 4}});
+    RunStrategy("ppo", late, seed, {{"twin_after", 0}});
+    const auto& history = session.history();
+    auto first_twin = [](const Evaluator& e) {
+      for (size_t i = 0; i < e.history().size(); ++i)
+        if (e.history()[i].why.rfind("twin", 0) == 0) return i;
+      return e.history().size();
+    };
+    const size_t i = first_twin(session), j = first_twin(late);
+    ASSERT_LE(i, j) << "seed " << seed;
+    for (size_t k = 0; k < i; ++k) EXPECT_EQ(history[k].config, late.history()[k].config) << "seed " << seed;
+    if (i == j) continue;
+    ++earlier;
+    ASSERT_GE(i, 4u);
+    double best_before = kInf;
+    for (size_t k = 0; k + 4 < i; ++k) best_before = std::min(best_before, history[k].measurement.objective());
+    for (size_t k = i - 4; k < i; ++k) {
+      EXPECT_EQ(history[k].why, "climb") << "seed " << seed << " evaluation " << k + 1;
+      EXPECT_GE(history[k].measurement.objective(), best_before) << "seed " << seed << " evaluation " << k + 1;
+    }
+  }
+  std::printf("sessions whose twin came before the local optimum: %d of 6\n", earlier);
+  EXPECT_GE(earlier, 1);
 }
 
 TEST(PpoTest, WithClimbRidgeTheClimbFollowsTheConstraintsWhereAOneStepMoveBreaksThem) {
