@@ -23,7 +23,10 @@ from dr_kernel import optimize
 from dr_kernel.kernels import get
 from dr_kernel.kernels.matmul import matmul_kernel
 
-SPACE = {name: values for name, values in get("matmul").space.items() if name != "SPLIT_K"}
+# The built-in space less what selects another kernel or launch (SPLIT_K, TMA): only the parameters
+# this one kernel takes, and the launch options.
+SPACE = {name: values for name, values in get("matmul").space.items()
+         if name in matmul_kernel.arg_names or name in ("num_warps", "num_stages")}
 matmul = optimize(space=SPACE, key=["M", "N", "K"], max_evals=int(os.environ.get("RETUNE_FIRST_EVALS", "100")),
                   strategy=os.environ.get("RETUNE_FIRST_STRATEGY", "ppo"), stop="budget")(matmul_kernel)
 
