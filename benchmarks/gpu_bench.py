@@ -277,6 +277,10 @@ def run_problem(name: str, args, store) -> dict:
             "mean_load_s": sum(loads) / len(loads) if loads else None,
             "history": [{"config": c, "status": m["status"], "ms": m["ms"] if m["ms"] == m["ms"] else None,
                          "elapsed_s": e} for c, m, e in session.history],
+            # The compile stage's answers to the strategy, in the order asked (None: not compiled
+            # yet): session_replay.py gives them again, so that a session with `static` replays.
+            "observed": [[c, None if a is None else {k: v for k, v in a.items() if v == v}]
+                         for c, a in session.observed],
         }
         print(f"  dr_kernel {args.strategy} stop={stop}: {session.evaluations} evaluations in {session.wall_s:.1f} s "
               f"(measured {session.measured}, refused {session.refused}, copied {session.copied})", flush=True)

@@ -21,7 +21,10 @@ replayed with the strategy options it ran with: rows record them since the eight
 2026-12-04; older rows ran before `jump_draws` and `climb_ridge` existed, whose defaults changed
 then, and replay with those two off (LEGACY_OPTIONS); options added since (`static`, `climb_doubt`,
 `second_opinion`, `binaries`, `twins`, `twin_after`) are off for rows that do not record them
-(ADDED_OPTIONS).
+(ADDED_OPTIONS). A session that asked the compile stage about configs it had not measured
+(`static`) was told what had compiled by then, which depends on timing: it replays exactly from
+rows that keep those answers (`observed`, since the fifth session of 2026-12-05), and leaves the
+recorded path early from rows that ran with `static` before them (`h100-2026-12-05/bench-auto`).
 """
 
 from __future__ import annotations
@@ -139,6 +142,19 @@ def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict], fill:
             out.append((m, 0.0))
         return out
 
+    # The compile stage's answers, as the session had them (rows since the fifth session of
+    # 2026-12-05): a replay that asks another question, or asks past them, has left the path.
+    observed = session.get("observed")
+    answered: list[int] = [0]
+
+    def observe(config):
+        if observed is None:
+            return None
+        if answered[0] >= len(observed) or observed[answered[0]][0] != config:
+            raise LeftThePath(asked[0] + 1)
+        answered[0] += 1
+        return observed[answered[0] - 1][1]
+
     # The options the session ran with, less its stop rule's: the replay's stop rule replaces those.
     stop_rule = stop_options("auto", session["strategy"])
     ran_with = {**ADDED_OPTIONS, **session.get("options", LEGACY_OPTIONS)}
@@ -146,7 +162,7 @@ def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict], fill:
     ran_with.update(stop_options(stop, session["strategy"]))
     try:
         result = run_session(problem, space, measure, strategy=session["strategy"], max_evals=session["max_evals"],
-                             options={**ran_with, **options})
+                             options={**ran_with, **options}, observe=observe)
     except LeftThePath as left:
         return {"left_at": left.args[0]}
     ok = [m["ms"] for _, m, _ in result.history if m["status"] == "ok"]

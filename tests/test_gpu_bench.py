@@ -156,6 +156,13 @@ def test_session_replay_ends_a_recorded_h200_session_where_a_stop_rule_would_hav
         assert len(fill) == 28
         filled = replay.replay(row, {}, "auto", static, fill)
         assert filled["filled"] == 23 and filled["evaluations"] == 28
+        # A session that asked the compile stage (`static`) replays with the answers its row keeps
+        # (`observed`, since the fifth session of 2026-12-05); one that asks past them has left it.
+        row["dr_kernel"]["history"] = history
+        row["dr_kernel"]["options"] = {**row["dr_kernel"].get("options", replay.LEGACY_OPTIONS), "static": 1.0}
+        row["dr_kernel"]["observed"] = []
+        left = replay.replay(row, {}, "auto", static)
+        assert set(left) == {"left_at"} and left["left_at"] <= 28
     finally:
         from dr_kernel import MODEL_FILE, POLICY_FILE, _core
 

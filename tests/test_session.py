@@ -299,6 +299,40 @@ def test_ppo_spends_fewer_evaluations_on_binaries_it_has_measured_once_the_stage
     assert copies[1] < copies[0], copies
 
 
+def test_the_compile_stages_answers_are_kept_and_a_replay_given_them_follows_the_same_path():
+    # What the stage tells ppo depends on which compiles have finished: the one input of a session
+    # that a replay cannot recompute. The session keeps the answers in the order asked; a session
+    # without a stage, given them through `observe` and the recorded measurements, asks the same
+    # questions and measures the same configs. Given no answers, some sessions take another path.
+    space = make_space({"X": list(range(8)), "Y": [0, 1, 2, 3]})
+    differed = 0
+    for seed in range(6):
+        stage = StaticStage(VerdictPool(), lambda config: CompileRequest("fake", dict(config)))
+        try:
+            live = run_session(PROBLEM, space, Counter(), static=stage, strategy="ppo", max_evals=12, seed=seed)
+        finally:
+            stage.close()
+        assert live.observed and any(answer is not None for _, answer in live.observed)
+        recorded = {tuple(sorted(c.items())): m for c, m, _ in live.history}
+
+        def measure(configs, best_ms, recorded=recorded):
+            return [(recorded.get(tuple(sorted(c.items())), {"status": "ok", "ms": 99.0}), 0.0) for c in configs]
+
+        answers = iter(live.observed)
+
+        def observe(config, answers=answers):
+            asked, answer = next(answers)
+            assert asked == config, (asked, config)
+            return answer
+
+        again = run_session(PROBLEM, space, measure, strategy="ppo", max_evals=12, seed=seed, observe=observe)
+        assert [c for c, _, _ in again.history] == [c for c, _, _ in live.history], seed
+        assert next(answers, None) is None  # Every answer was asked for again, none more.
+        blind = run_session(PROBLEM, space, measure, strategy="ppo", max_evals=12, seed=seed)
+        differed += [c for c, _, _ in blind.history] != [c for c, _, _ in live.history]
+    assert differed > 0
+
+
 def test_a_compile_stage_that_fails_when_asked_is_no_verdict_and_ends_no_session(monkeypatch):
     def gone(self, config):
         raise RuntimeError("the compile workers exited")

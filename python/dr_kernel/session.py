@@ -327,6 +327,10 @@ class SessionResult:
     stored_rows: dict[tuple, list[int]] = field(default_factory=dict)
     # The options the strategy ran with: the caller's, and the session's defaults for the rest.
     strategy_options: dict[str, float] = field(default_factory=dict)
+    # What the compile stage answered the strategy about configs not measured (ppo's `static`),
+    # (config, answer or None) in the order asked: the one input of a session that depends on
+    # timing (which compiles had finished), kept so that a replay can give the same answers.
+    observed: list[tuple[dict, dict | None]] = field(default_factory=list)
 
     @property
     def evaluations(self) -> int:
@@ -393,7 +397,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 launch_key: Callable[[dict], Hashable] | None = None, prefetch: bool | None = None,
                 confirm: int = 0, confirm_rounds: int = 3, confirm_within: float = 0.10,
                 parallel: int = 1, known: Mapping[tuple, dict] | None = None,
-                in_process: bool = False, first: Sequence[dict] = ()) -> SessionResult:
+                in_process: bool = False, first: Sequence[dict] = (),
+                observe: Callable[[dict], dict | None] | None = None) -> SessionResult:
     """Tunes one problem and returns what happened.
 
     `measure(configs, best_ms)` validates and times configs on the device and returns one
@@ -416,6 +421,9 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
 
     `in_process`: `measure` times configs in this process, so each is measured and stored before
     the next (a config that crashes the process takes only itself with it).
+
+    `observe(config)` answers the strategy's questions about configs it has not measured, in place
+    of the compile stage (a replay: the answers a recorded session had, `SessionResult.observed`).
 
     `known` maps configs (as sorted item tuples) measured before (in an earlier session over a
     smaller space, or the store's rows of a run that is resumed) to their measurements: a proposal
@@ -553,7 +561,18 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 writer.add(dict(problem), config, _storable(m), source)
         return out  # type: ignore[return-value]
 
-    def observe(config: dict) -> dict | None:
+    def asked(config: dict) -> dict | None:
+        """The strategy's question: answered by `observe` when given, else by the compile stage,
+        whose answers depend on which compiles have finished, so they are kept in the result for a
+        replay of the session to give again."""
+        if observe is not None:
+            return observe(config)
+        answer = stage_knows(config)
+        if static is not None:
+            result.observed.append((dict(config), answer))
+        return answer
+
+    def stage_knows(config: dict) -> dict | None:
         """What the compile stage already knows of a config, for the strategy to weigh before it
         proposes it (ppo's `static`): "ok" when it compiled within the device's limits, with its
         binary's identity (configs of one binary share one measurement: the strategy does not ask
@@ -621,7 +640,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 trial(config, m, spent)
             known = {**(known or {}), **{_key(c): m for c, m, _ in ahead}}
         history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed, options, trial,
-                             observe)
+                             asked)
         offset = ahead[-1][2] if ahead else 0.0
         seen = {_key(c) for c, _, _ in ahead}
         result.history = ahead + [(c, m, s + offset) for c, m, s in history if _key(c) not in seen]
