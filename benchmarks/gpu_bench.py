@@ -276,7 +276,7 @@ def run_problem(name: str, args, store) -> dict:
             # the compile pool's binaries in Triton's cache, seconds when it compiled again.
             "mean_load_s": sum(loads) / len(loads) if loads else None,
             "history": [{"config": c, "status": m["status"], "ms": m["ms"] if m["ms"] == m["ms"] else None,
-                         "elapsed_s": e} for c, m, e in session.history],
+                         "elapsed_s": e, "why": m.get("why")} for c, m, e in session.history],
             # The compile stage's answers to the strategy, in the order asked (None: not compiled
             # yet): session_replay.py gives them again, so that a session with `static` replays.
             "observed": [[c, None if a is None else {k: v for k, v in a.items() if v == v}]

@@ -53,6 +53,18 @@ def test_every_strategy_tunes_through_a_python_benchmarker(tables, strategy):
     assert len(first) == 25
 
 
+def test_the_history_says_why_ppo_proposed_each_config(tables):
+    # The reasons (Trial::why) come back with the history, so that a GPU run's rows can say where a
+    # session climbed, jumped or measured a twin: the first is the prior's best.
+    softmax = next(t for t in tables if t.problem["family"] == "softmax")
+    space, measure, _ = table_env(softmax)
+    history = _core.tune(softmax.problem, space, measure, "ppo", max_evals=12, max_seconds=math.inf, seed=0)
+    reasons = [m.get("why", "") for _, m, _ in history]
+    assert len(reasons) == 12 and reasons[0] == "jump: the prior's best"
+    assert all(r.startswith(("jump: ", "move ", "climb", "twin: ", "check: ")) for r in reasons), reasons
+    assert any(r.startswith("move ") for r in reasons), reasons
+
+
 def test_ppo_asks_what_compiling_told_of_the_neighbours_and_never_measures_one_that_failed(tables):
     # The session's compile stage answers for the configs it has compiled (here: the recorded
     # table's compile verdicts, a config over the H200's shared memory refused).

@@ -398,6 +398,8 @@ NB_MODULE(_core, m) {
   // observe(config dict) returns what is known of a config without measuring it (a measurement dict
   // whose status is "ok" when it compiled within the device's limits, with "binary" an integer that
   // configs of one binary share, or the compile failure), or None when nothing is known yet.
+  // Returns the history: (config, measurement dict, elapsed cost seconds) per evaluation, the dict
+  // with "why" the strategy proposed the config where it says (ppo's "climb", "twin: ...").
   m.def("tune", [](const nb::dict& problem, const Space& space, nb::callable measure, const std::string& strategy,
                    int64_t max_evals, double max_seconds, uint64_t seed, const std::map<std::string, double>& options,
                    nb::object on_trial, nb::object observe) {
@@ -426,8 +428,11 @@ NB_MODULE(_core, m) {
           });
         RunStrategy(strategy, evaluator, seed, options);
         nb::list history;
-        for (const auto& t : evaluator.history())
-          history.append(nb::make_tuple(FromNamed(space.Named(t.config)), FromMeasurement(t.measurement), t.elapsed_s));
+        for (const auto& t : evaluator.history()) {
+          nb::dict measured = FromMeasurement(t.measurement);
+          if (!t.why.empty()) measured["why"] = t.why;  // Why the strategy proposed it (Trial::why).
+          history.append(nb::make_tuple(FromNamed(space.Named(t.config)), measured, t.elapsed_s));
+        }
         return history;
       }, nb::arg("problem"), nb::arg("space"), nb::arg("measure"), nb::arg("strategy"), nb::arg("max_evals"),
       nb::arg("max_seconds"), nb::arg("seed"), nb::arg("options") = std::map<std::string, double>{},
