@@ -325,11 +325,16 @@ class BackgroundRetune:
 
     def wait(self, count: int | None = None, timeout: float | None = None) -> bool:
         """Waits until `count` keys (default: top) are handled, or the thread has ended; returns
-        whether that many are."""
+        whether that many are. Once every key is handled the thread ends at once: this waits for
+        that too, so that `running` is False after it."""
         want = self.top if count is None else count
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             self._changed.wait_for(lambda: len(self.results) >= want or not self.running, timeout)
-            return len(self.results) >= want
+            done = len(self.results) >= want
+        if len(self.results) >= self.top and threading.current_thread() is not self._thread:
+            self._thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return done
 
     # -- the thread --
 
