@@ -206,8 +206,12 @@ def main() -> None:
             r = replay(row, options, args.stop, static, fill.get(row["problem"]), args.trace)
             if "left_at" in r:
                 left += 1
+                unrecorded = (row["dr_kernel"].get("options") or {}).get("static", 0) > 0 and \
+                    "observed" not in row["dr_kernel"]
                 print(f"  {row['problem']:32} recorded {len(history):3d} evaluations; replay left the recorded path "
-                      f"at evaluation {r['left_at']}")
+                      f"at evaluation {r['left_at']}"
+                      + (" (the session asked the compile stage, and its row predates the answers: `observed`)"
+                         if unrecorded else ""))
                 continue
             filled += r["filled"] > 0
             used.append(r["evaluations"])
