@@ -299,28 +299,25 @@ int main(int argc, char** argv) {
                                             : dr_kernel::TimeBaseline::kRoofline;
   const std::string use_static = get("--static", "both");
 
+  // The modes over every bundled table: `print` gets them read; a table that cannot be read ends it.
+  auto on_all_tables = [&](auto print) {
+    try {
+      print(dr_kernel::ReadTables(AllTableFiles(dir)));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 1;
+    }
+    return 0;
+  };
   if (get("--analytic-only", "0") == "1") {
     // Every bundled table of a family with an analytic model, under device constants given here.
     dr_kernel::DeviceDescription device;
     device.dot_step_latency_us = std::stod(get("--dot-step-latency-us", std::to_string(device.dot_step_latency_us)));
     device.memory_latency_us = std::stod(get("--memory-latency-us", std::to_string(device.memory_latency_us)));
-    try {
-      PrintAnalytic(dr_kernel::ReadTables(AllTableFiles(dir)), device);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      return 1;
-    }
-    return 0;
+    return on_all_tables([&](const std::vector<ProblemTable>& all) { PrintAnalytic(all, device); });
   }
-  if (get("--family-unseen", "0") == "1") {
-    try {
-      PrintSeenAgainstUnseen(dr_kernel::ReadTables(AllTableFiles(dir)), options);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      return 1;
-    }
-    return 0;
-  }
+  if (get("--family-unseen", "0") == "1")
+    return on_all_tables([&](const std::vector<ProblemTable>& all) { PrintSeenAgainstUnseen(all, options); });
   std::vector<ProblemTable> tables;
   try {
     // The first 8 problems (first_tables.h).

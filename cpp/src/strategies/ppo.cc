@@ -417,6 +417,12 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     std::unordered_set<uint64_t> chosen;
     std::vector<Config> batch;
     const bool doubted = climb_doubt > 0 && doubts(climb_doubt);
+    auto add_twins = [&] {
+      for (Config& c : untried_twins(static_cast<size_t>(walkers))) {
+        batch.push_back(std::move(c));
+        why.push_back("twin: the analytic estimate of the best");
+      }
+    };
     if (climb > 0 && (unseen || doubted) && evaluator.evals() >= climb) {
       auto unchecked = walks[0].UncheckedNeighbours(0, 0, climb_ridge);
       if (climb_ahead && best_before && evaluator.best() != nullptr) {
@@ -425,11 +431,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
           if (it != unchecked.end()) std::rotate(unchecked.begin(), it, it + 1);
         }
       }
-      if (twin_after > 0 && stale_climbs >= twin_after)
-        for (Config& c : untried_twins(static_cast<size_t>(walkers))) {
-          batch.push_back(std::move(c));
-          why.push_back("twin: the analytic estimate of the best");
-        }
+      if (twin_after > 0 && stale_climbs >= twin_after) add_twins();
       for (size_t i = 0; i < unchecked.size() && static_cast<int>(batch.size()) < walkers; ++i) {
         batch.push_back(std::move(unchecked[i]));
         why.push_back("climb");
@@ -438,12 +440,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     // At a local optimum (no neighbour left to climb to), the incumbent's analytic twins, the most
     // promising first, up to `twins` per incumbent: what the physics cannot tell apart, only a
     // measurement can.
-    if (climb > 0 && batch.empty() && (unseen || doubted) && evaluator.evals() >= climb) {
-      for (Config& c : untried_twins(static_cast<size_t>(walkers))) {
-        batch.push_back(std::move(c));
-        why.push_back("twin: the analytic estimate of the best");
-      }
-    }
+    if (climb > 0 && batch.empty() && (unseen || doubted) && evaluator.evals() >= climb) add_twins();
     const bool climbing = !batch.empty();
     for (int w = 0; w < walkers && !climbing; ++w) {
       agent::Walk& s = walks[w];
