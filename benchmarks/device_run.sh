@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-holes, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
@@ -173,11 +173,6 @@ for step in "$@"; do
       # their best"), again with the project's timer; their rows then replace those of matmul.jsonl.
       matmul_sweep matmul_1024x1024x1024_fp16 M=1024,N=1024,K=1024 fp16 130
       matmul_sweep matmul_16x4096x4096_fp16 M=16,N=4096,K=4096 fp16 130 ;;
-    sweeps-holes)  # The bundled 2048x1000x16384 table stopped at its sweep's time limit inside BLOCK_M 32 (no
-      # BLOCK_M 64 or 128): the sweep resumes from the bundled rows and records only what they lack.
-      cp python/dr_kernel/data/h200/matmul_2048x1000x16384_bf16.jsonl "$work/sweeps/"
-      sweep matmul_2048x1000x16384_bf16 matmul M=2048,N=1000,K=16384 bf16 "${HOLES_LIMIT:-330}" "$mm_a"
-      sweep matmul_2048x1000x16384_bf16 matmul M=2048,N=1000,K=16384 bf16 60 "$mm_b" ;;
     sweeps-b)
       sweep attention_2x16x2048x128_causal_fp16 attention Z=2,H=16,N_CTX=2048,HEAD_DIM=128,CAUSAL=true fp16 70
       sweep attention_1x32x16384x64_fp16 attention Z=1,H=32,N_CTX=16384,HEAD_DIM=64,CAUSAL=false fp16 70
