@@ -98,14 +98,17 @@ PROBES_REPORT = Path(__file__).resolve().parent / "data" / "ncu_probes_h200.csv"
 
 def _probe_specs(first_matmul: bool = False) -> list[dict]:
     """The middle probes of every bundled table, as benchmarks/ncu_probes.py profiled them
-    (`first_matmul`: with matmul's four problems as first recorded, when they were profiled)."""
+    (`first_matmul`: with matmul's problems as first recorded, when they were profiled: matmul.jsonl's
+    four, and 2048x1000x16384 with the recorded kernel, before it was recorded whole again)."""
     from dr_kernel import _core, bundled_tables
     from dr_kernel.profiling import probe_config
 
     paths = [str(p) for p in bundled_tables()]
     if first_matmul:  # In matmul.jsonl's place (the report's launches come in the tables' order).
         first = str(Path(__file__).parent / "data" / "matmul_first_recording.jsonl")
-        paths = [first if Path(p).name == "matmul.jsonl" else p for p in paths
+        deep = str(Path(__file__).parent / "data" / "matmul_2048x1000x16384_bf16_first_recording.jsonl")
+        renamed = {"matmul.jsonl": first, "matmul_2048x1000x16384_bf16.jsonl": deep}
+        paths = [renamed.get(Path(p).name, p) for p in paths
                  if Path(p).name not in ("matmul_1024x1024x1024_fp16.jsonl", "matmul_16x4096x4096_fp16.jsonl")]
     specs = []
     for table in _core.read_tables(paths):
@@ -132,10 +135,11 @@ def test_the_probe_is_the_config_nearest_the_middle_of_every_parameter():
         probe_config([])
     # The bundled tables carry the middle probe's counters on that probe's own row; matmul 1024^3,
     # recorded again (docs/data-format.md), keeps its first recording's probes, and ties among its
-    # rows, which came in another order, now name another middle probe.
+    # rows, which came in another order, now name another middle probe; 2048x1000x16384, recorded
+    # again with another kernel, has none.
     specs = _probe_specs()
     unprobed = [s["shape"] for s in specs if not s["counters"]]
-    assert len(specs) == 34 and unprobed == [{"M": 1024, "N": 1024, "K": 1024}]
+    assert len(specs) == 34 and unprobed == [{"M": 1024, "N": 1024, "K": 1024}, {"M": 2048, "N": 1000, "K": 16384}]
     matmul = next(s for s in specs if s["kernel"] == "matmul" and s["shape"] == {"M": 4096, "N": 4096, "K": 4096})
     assert matmul["config"] == {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4,
                                 "num_stages": 3}
