@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
@@ -50,6 +50,15 @@ for step in "$@"; do
         --stops "${BENCH_STOPS:-auto}" ${BENCH_PROBLEMS:+--problems "$BENCH_PROBLEMS"} ${BENCH_ARGS:-} \
         >> "$work/bench.log" 2>&1
       echo "bench: rc $? after $(elapsed) s"; tail -25 "$work/bench.log"
+      pack ;;
+    determinism)  # Whether the C++ core decides here as on the development machine (core_determinism.py
+      # --compare), and whether the sixth session's bench rows replay here, on the machine that recorded them.
+      agent=benchmarks/results/h100-2026-12-05/agent-b828b3a
+      python3 benchmarks/core_determinism.py --json "$work/determinism-shipped.json"
+      python3 benchmarks/core_determinism.py --agent "$agent" --json "$work/determinism-b828b3a.json"
+      python3 benchmarks/session_replay.py benchmarks/results/h200-2026-12-05/bench-auto --agent "$agent" \
+        > "$work/determinism-replay.txt" 2>&1
+      echo "determinism: after $(elapsed) s"; tail -3 "$work/determinism-replay.txt"
       pack ;;
     library)  # Needs .whl (the libraries' wheels, docs/gpu-notes.md) carried; LIB_* set the runs.
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \

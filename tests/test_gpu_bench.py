@@ -167,3 +167,21 @@ def test_session_replay_ends_a_recorded_h200_session_where_a_stop_rule_would_hav
         from dr_kernel import MODEL_FILE, POLICY_FILE, _core
 
         _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))  # The shipped agent, for the tests after this one.
+
+
+def test_core_determinism_answers_the_same_twice_and_names_the_first_difference():
+    """benchmarks/core_determinism.py: what the shipped agent ranks first and proposes on made-up
+    times, per bench problem. The same process gives the same answers twice (the comparison of two
+    machines' files rests on that), and a changed proposal is reported by problem and position."""
+    spec = importlib.util.spec_from_file_location("core_determinism", SCRIPT.parent / "core_determinism.py")
+    det = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(det)
+    first, again = det.run(), det.run()
+    assert first == again and len(first) == len(det.PROBLEMS)
+    assert det.compare(first, again) == []
+    key = sorted(first)[0]
+    session = first[key]["session"]
+    assert len(session) == 30 and session[0][1] == "jump: the prior's best"
+    changed = json.loads(json.dumps(first))
+    changed[key]["session"][3][0] = [-1]
+    assert det.compare(first, changed) == [f"{key}: session differs at 4: {session[3]} against {[[-1], session[3][1]]}"]
