@@ -2,10 +2,10 @@
 proposes in a session on made-up times, for the bench's problems, written as JSON here and on the
 GPU machine and compared (`--compare`): the first difference, or none.
 
-Recorded GPU sessions (gpu_bench.py rows) are replayed by `session_replay.py` on this machine with
-the compile stage's answers they had; some leave their recorded path where the replay's beliefs
-order two configs otherwise than the GPU machine's did. If this script finds the two machines'
-cores agree on identical inputs, some input of those sessions differs, not the arithmetic.
+Recorded GPU sessions (gpu_bench.py rows) are replayed by `session_replay.py` on this machine; for
+that to hold, the core must decide on the GPU machine as here. On 2026-12-05 (sixth session) it did
+(`benchmarks/results/h100-2026-12-05b/determinism/`), and the sessions that left their paths in
+replay lacked an input: the refits their rows did not record.
 
     .venv/bin/python benchmarks/core_determinism.py --json here.json [--agent DIR]
     .venv/bin/python benchmarks/core_determinism.py --compare here.json there.json

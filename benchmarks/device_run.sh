@@ -52,7 +52,7 @@ for step in "$@"; do
       echo "bench: rc $? after $(elapsed) s"; tail -25 "$work/bench.log"
       pack ;;
     determinism)  # Whether the C++ core decides here as on the development machine (core_determinism.py
-      # --compare), and whether the sixth session's bench rows replay here, on the machine that recorded them.
+      # --compare), and whether the sixth session's bench rows replay here as they do there.
       agent=benchmarks/results/h100-2026-12-05/agent-b828b3a
       python3 benchmarks/core_determinism.py --json "$work/determinism-shipped.json"
       python3 benchmarks/core_determinism.py --agent "$agent" --json "$work/determinism-b828b3a.json"

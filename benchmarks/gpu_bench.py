@@ -262,8 +262,11 @@ def run_problem(name: str, args, store) -> dict:
         result["dr_kernel" if stop == "auto" else f"dr_kernel_{stop}"] = {
             "strategy": args.strategy, "stop": stop, "in_process": args.in_process, "max_evals": evals,
             # Every option of the strategy as this session ran it (defaults change between versions;
-            # session_replay.py replays a session with the options it ran with).
-            "options": {**strategy_defaults(args.strategy), **options},
+            # session_replay.py replays a session with the options it ran with): the defaults, then
+            # what run_session gave the strategy (the options above, and the refits it sets by the
+            # space's size).
+            "options": {**strategy_defaults(args.strategy), **session.strategy_options},
+            "options_as_run": True,
             "spare_head_start_s": head_start,
             "evaluations": session.evaluations,
             "measured": session.measured, "refused": session.refused, "copied": session.copied,

@@ -21,7 +21,10 @@ replayed with the strategy options it ran with: rows record them since the eight
 2026-12-04; older rows ran before `jump_draws` and `climb_ridge` existed, whose defaults changed
 then, and replay with those two off (LEGACY_OPTIONS); options added since (`static`, `climb_doubt`,
 `second_opinion`, `binaries`, `twins`, `twin_after`) are off for rows that do not record them
-(ADDED_OPTIONS). A session that asked the compile stage about configs it had not measured
+(ADDED_OPTIONS). Until the sixth session of 2026-12-05 rows recorded ppo's default refits (none)
+where the session had refitted every 8 measurements (every 4 in doubt) on spaces of 64 configs or
+more; those rows replay with the refits set as the session set them (SIZED_OPTIONS), newer rows
+with all options as run (`options_as_run`). A session that asked the compile stage about configs it had not measured
 (`static`) was told what had compiled by then, which depends on timing: it replays exactly from
 rows that keep those answers (`observed`, since the fifth session of 2026-12-05), and leaves the
 recorded path early from rows that ran with `static` before them (`h100-2026-12-05/bench-auto`).
@@ -41,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 # The options whose defaults changed since the first recorded sessions, as those sessions ran.
 LEGACY_OPTIONS = {"jump_draws": 1.0, "climb_ridge": 0.0}
+# Options run_session sets by the space's size when the caller does not (ppo's refits).
+SIZED_OPTIONS = ("refit", "doubt_refit")
 # Options added since rows record theirs (ninth session of 2026-12-04), with the value that is the
 # behaviour before them: a row without one ran without it.
 ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0, "second_opinion": 0.0, "binaries": 0.0, "twins": 0.0,
@@ -156,9 +161,13 @@ def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict], fill:
         return observed[answered[0] - 1][1]
 
     # The options the session ran with, less its stop rule's: the replay's stop rule replaces those.
+    # Rows before the sixth session of 2026-12-05 recorded the strategy's default refits (none)
+    # where run_session had set them by the space's size (every 8 measurements, every 4 while in
+    # doubt, on spaces of 64 configs or more): those two are left to run_session again, as live.
     stop_rule = stop_options("auto", session["strategy"])
     ran_with = {**ADDED_OPTIONS, **session.get("options", LEGACY_OPTIONS)}
-    ran_with = {k: v for k, v in ran_with.items() if k not in stop_rule}
+    as_run = session.get("options_as_run", False)
+    ran_with = {k: v for k, v in ran_with.items() if k not in stop_rule and (as_run or k not in SIZED_OPTIONS)}
     ran_with.update(stop_options(stop, session["strategy"]))
     try:
         result = run_session(problem, space, measure, strategy=session["strategy"], max_evals=session["max_evals"],

@@ -185,3 +185,31 @@ def test_core_determinism_answers_the_same_twice_and_names_the_first_difference(
     changed = json.loads(json.dumps(first))
     changed[key]["session"][3][0] = [-1]
     assert det.compare(first, changed) == [f"{key}: session differs at 4: {session[3]} against {[[-1], session[3][1]]}"]
+
+
+def test_session_replay_refits_as_the_recorded_session_did():
+    """Rows before the sixth session of 2026-12-05 recorded ppo's default refits (none) where the
+    session had set them by the space's size: softmax 1000x50257 (192 configs) refitted its cost
+    model every 4 measurements while in doubt, and replayed with the recorded options its climb
+    orders two neighbours otherwise at its fifth measurement. Replayed with the refits the session
+    set, it follows its recorded path to the end."""
+    spec = importlib.util.spec_from_file_location("session_replay", SCRIPT.parent / "session_replay.py")
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    run_dir = SCRIPT.parents[1] / "benchmarks" / "results" / "h200-2026-12-05" / "bench-auto"
+    replay.use_agent(SCRIPT.parents[1] / "benchmarks" / "results" / "h100-2026-12-05" / "agent-b828b3a")
+    try:
+        row = json.loads((run_dir / "softmax-1000x50257.json").read_text())
+        static = replay.static_fields(run_dir / "results.db")
+        history = row["dr_kernel"]["history"]
+        assert "options_as_run" not in row["dr_kernel"] and row["dr_kernel"]["options"]["refit"] == 0
+        result = replay.replay(row, {}, "auto", static)
+        assert result["evaluations"] == len(history) == 21
+        assert result["best_ms"] == min(h["ms"] for h in history if h["status"] == "ok")
+        # As recorded (no refits): the path is left where the first refit changed the beliefs.
+        row["dr_kernel"]["options_as_run"] = True
+        assert replay.replay(row, {}, "auto", static) == {"left_at": 5}
+    finally:
+        from dr_kernel import MODEL_FILE, POLICY_FILE, _core
+
+        _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))  # The shipped agent, for the tests after this one.
