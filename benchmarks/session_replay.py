@@ -25,9 +25,10 @@ then, and replay with those two off (LEGACY_OPTIONS); options added since (`stat
 where the session had refitted every 8 measurements (every 4 in doubt) on spaces of 64 configs or
 more; those rows replay with the refits set as the session set them (SIZED_OPTIONS), newer rows
 with all options as run (`options_as_run`). A session that asked the compile stage about configs
-it had not measured (`static`) was told what had compiled by then, which depends on timing: it replays exactly from
-rows that keep those answers (`observed`, since the fifth session of 2026-12-05), and leaves the
-recorded path early from rows that ran with `static` before them (`h100-2026-12-05/bench-auto`).
+it had not measured (`static`) was told what had compiled by then, which depends on timing: it
+replays exactly from rows that keep those answers (`observed`, since the fifth session of
+2026-12-05), and leaves the recorded path early from rows that ran with `static` before them
+(`h100-2026-12-05/bench-auto`).
 """
 
 from __future__ import annotations
