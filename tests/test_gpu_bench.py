@@ -16,8 +16,9 @@ from dr_kernel.kernels import BUILTINS
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_bench.py"
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("gpu_bench", SCRIPT)
+def load(name: str = "gpu_bench"):
+    """A script of benchmarks/ as a module (they are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -131,9 +132,7 @@ def test_session_replay_ends_a_recorded_h200_session_where_a_stop_rule_would_hav
     rule that only ends sessions earlier replays it exactly up to its end. (Exact only with the
     agent that recorded it: the run is the first of the agent trained on the matmul tables recorded
     again, in the eighth session of 2026-12-04, kept beside the run for this.)"""
-    spec = importlib.util.spec_from_file_location("session_replay", SCRIPT.parent / "session_replay.py")
-    replay = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(replay)
+    replay = load("session_replay")
     run_dir = SCRIPT.parents[1] / "benchmarks" / "results" / "h200-2026-12-04h" / "bench-auto-retrained"
     replay.use_agent(run_dir.parent / "agent-cfbe488")
     try:
@@ -173,9 +172,7 @@ def test_core_determinism_answers_the_same_twice_and_names_the_first_difference(
     """benchmarks/core_determinism.py: what the shipped agent ranks first and proposes on made-up
     times, per bench problem. The same process gives the same answers twice (the comparison of two
     machines' files rests on that), and a changed proposal is reported by problem and position."""
-    spec = importlib.util.spec_from_file_location("core_determinism", SCRIPT.parent / "core_determinism.py")
-    det = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(det)
+    det = load("core_determinism")
     first, again = det.run(), det.run()
     assert first == again and len(first) == len(det.PROBLEMS)
     assert det.compare(first, again) == []
@@ -193,9 +190,7 @@ def test_session_replay_refits_as_the_recorded_session_did():
     model every 4 measurements while in doubt, and replayed with the recorded options its climb
     orders two neighbours otherwise at its fifth measurement. Replayed with the refits the session
     set, it follows its recorded path to the end."""
-    spec = importlib.util.spec_from_file_location("session_replay", SCRIPT.parent / "session_replay.py")
-    replay = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(replay)
+    replay = load("session_replay")
     run_dir = SCRIPT.parents[1] / "benchmarks" / "results" / "h200-2026-12-05" / "bench-auto"
     replay.use_agent(SCRIPT.parents[1] / "benchmarks" / "results" / "h100-2026-12-05" / "agent-b828b3a")
     try:
