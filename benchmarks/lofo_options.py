@@ -39,6 +39,9 @@ def main() -> None:
     parser.add_argument("--random", action="store_true",
                         help="also replay random search as issue 8 measures it (budget 300, 30 seeds) and say "
                              "on which problems the strategy's median is above random's")
+    parser.add_argument("--counters", action="store_true",
+                        help="agents whose cost model describes each problem by its probe's hardware counters "
+                             "(the held-out problem's too, as a session that profiled its probe first)")
     parser.add_argument("options", nargs="*", help="NAME=VALUE options of the strategy")
     args = parser.parse_args()
     options = {k: float(v) for k, v in (o.split("=", 1) for o in args.options)}
@@ -51,10 +54,12 @@ def main() -> None:
 
     if args.holdout == "family":
         groups = [([t for t in tables if t.problem["family"] == family and chosen(t)],
-                   lambda family=family: use_agent_without(family, tables, args.agents, seed=args.seed))
+                   lambda family=family: use_agent_without(family, tables, args.agents, seed=args.seed,
+                                                                counters=args.counters))
                   for family in dict.fromkeys(t.problem["family"] for t in tables)]
     else:
-        groups = [([t], lambda i=i: use_agent_without_problem(i, tables, args.agents, seed=args.seed))
+        groups = [([t], lambda i=i: use_agent_without_problem(i, tables, args.agents, seed=args.seed,
+                                                                  counters=args.counters))
                   for i, t in enumerate(tables) if chosen(t)]
     medians, started = {}, time.time()
 
@@ -72,7 +77,8 @@ def main() -> None:
     # A problem never brought within 1.05x counts as one evaluation past the budget.
     counted = {k: v if v is not None else 101 for k, v in medians.items()}
     values = list(counted.values())
-    summary = {"options": options, "strategy": args.strategy, "holdout": args.holdout, "problems": len(values),
+    summary = {"options": options, "strategy": args.strategy, "holdout": args.holdout, "counters": args.counters,
+               "problems": len(values),
                "geomean": math.exp(sum(map(math.log, values)) / len(values)),
                "over_10": sum(v > 10 for v in values), "over_15": sum(v > 15 for v in values),
                "worst": max(values)}

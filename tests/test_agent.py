@@ -112,9 +112,9 @@ def test_an_agent_without_one_problem_is_trained_on_every_other_table_once(table
     trained_on = []
     train = _core.train_agent
 
-    def recording(training, *args):
+    def recording(training, *args, **kwargs):
         trained_on.append(sorted(json.dumps(t.problem["shape"], sort_keys=True) for t in training))
-        return train(training, *args)
+        return train(training, *args, **kwargs)
 
     monkeypatch.setattr(_core, "train_agent", recording)
     try:
@@ -128,3 +128,23 @@ def test_an_agent_without_one_problem_is_trained_on_every_other_table_once(table
         assert len(trained_on) == 1 and {f.name: f.stat().st_mtime_ns for f in tmp_path.iterdir()} == saved
     finally:
         _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+
+
+def test_an_agent_trained_with_counters_has_a_cost_model_that_reads_them(tables, tmp_path):
+    """lofo_options.py --counters: the held-out agents' cost model describes problems by their probe's
+    hardware counters (the bundled tables carry them). Training is deterministic, so the same tables
+    and seed give the same model without them, and another with them."""
+    from dr_kernel import holdout
+
+    chosen = [t for t in tables if t.problem["family"] == "softmax"][:3]
+    models = {}
+    try:
+        for counters in (False, True, False):
+            folder = tmp_path / f"{counters}-{len(models)}"
+            holdout.use_agent_without_problem(1, chosen, folder, ppo_steps=2048, bc_episodes=20, synthetic=0,
+                                              counters=counters)
+            models.setdefault(counters, []).append((folder / "problem1.model.bin").read_bytes())
+    finally:
+        _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+    assert models[False][0] == models[False][1]
+    assert models[True][0] != models[False][0]

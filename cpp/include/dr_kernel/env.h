@@ -64,7 +64,9 @@ class ReplayEnv : public Env {
  public:
   explicit ReplayEnv(const ProblemTable& table, ReplayCost cost = {});
 
-  const Problem& problem() const override { return table_.problem; }
+  // The table's problem with its probe's counters when the table has them (ProfiledProblem): what a
+  // session that profiled the probe first knows; only a cost model that uses counters reads them.
+  const Problem& problem() const override { return problem_; }
   const Space& space() const override { return space_; }
   void Reset(uint64_t seed) override { (void)seed; }
   std::vector<Evaluation> Step(const std::vector<Config>& configs) override;
@@ -79,6 +81,7 @@ class ReplayEnv : public Env {
 
  private:
   const ProblemTable& table_;
+  Problem problem_;
   ReplayCost cost_;
   Space space_;
   std::unordered_map<uint64_t, const Measurement*> rows_;  // Space::Index -> recorded row.

@@ -17,6 +17,10 @@ struct Problem {
   NamedValues shape;   // Key arguments in their recorded order, e.g. M, N, K.
   std::string device;  // e.g. "NVIDIA H200"; empty when unknown.
   std::string dtype;   // e.g. "fp16"; empty when the family has one fixed dtype.
+  // Hardware counters of the problem's probe config (profiling.probe_config, the middle of its
+  // space), when it was profiled: what a cost model with CostModelOptions::use_counters describes
+  // the problem by. Empty when not profiled. Not part of Key(): a problem is the same profiled or not.
+  NamedValues probe_counters;
 
   // A canonical text identity: family, shape JSON, device and dtype. Equal problems have equal keys.
   std::string Key() const;

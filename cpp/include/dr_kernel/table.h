@@ -45,6 +45,12 @@ struct ProblemTable {
   double oracle_ms() const;
 };
 
+// The counters of `table`'s probe (the first row whose counters say "probe": `probe`), or nullptr.
+const NamedValues* ProbeCounters(const ProblemTable& table, double probe = 0.5);
+// The table's problem with its probe's counters (Problem::probe_counters), when the table has them:
+// the problem as a session that profiled the probe before tuning knows it.
+Problem ProfiledProblem(const ProblemTable& table, double probe = 0.5);
+
 // Reads JSON-lines text; `name` is used in error messages. Rows are grouped into problems by family,
 // shape, dtype and device (a row that names no device belongs with one that does), in order of
 // first appearance, with one row per config: a config recorded more than once is one measurement

@@ -166,15 +166,16 @@ Agent TrainAgent(const std::vector<ProblemTable>& tables, const TrainOptions& op
       if (others->num_ok_rows() == 0) others.reset();
       else others->Fit();
     }
-    const auto features = ProblemFeaturesFor(agent.model.get(), tables[i].problem, space);
-    tasks->push_back(
-        Task::FromTable(tables[i], PriorFromModel(others.get(), tables[i].problem, space), features));
-    if (const auto it = without_family.find(tables[i].problem.family); it != without_family.end() && it->second) {
-      tasks->push_back(
-          Task::FromTable(tables[i], PriorFromModel(it->second.get(), tables[i].problem, space), features));
+    // With its probe's counters, as a session that profiled the probe knows it (read only by a
+    // model that uses counters).
+    const Problem problem = ProfiledProblem(tables[i]);
+    const auto features = ProblemFeaturesFor(agent.model.get(), problem, space);
+    tasks->push_back(Task::FromTable(tables[i], PriorFromModel(others.get(), problem, space), features));
+    if (const auto it = without_family.find(problem.family); it != without_family.end() && it->second) {
+      tasks->push_back(Task::FromTable(tables[i], PriorFromModel(it->second.get(), problem, space), features));
       tasks->back().label += " (family unseen)";
       // And as a kernel the feature table does not know either (generic features only).
-      Problem renamed = tables[i].problem;
+      Problem renamed = problem;
       renamed.family = "new kernel " + renamed.family;
       tasks->push_back(Task::FromTable(tables[i], PriorFromModel(it->second.get(), renamed, space), features));
       tasks->back().label += " (kernel unknown)";
@@ -186,7 +187,7 @@ Agent TrainAgent(const std::vector<ProblemTable>& tables, const TrainOptions& op
   if (options.use_model && options.synthetic_tasks > 0 && !tables.empty()) {
     for (int s = 0; s < options.synthetic_tasks; ++s) {
       const ProblemTable& base = tables[rng.Below(tables.size())];
-      const Problem problem = SyntheticProblem(base.problem, rng);
+      const Problem problem = SyntheticProblem(ProfiledProblem(base), rng);
       auto space = std::make_shared<Space>(TableSpace(base));
       Task task;
       task.label = "synthetic " + problem.Label();

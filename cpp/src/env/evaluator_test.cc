@@ -41,6 +41,18 @@ TEST(ReplayEnvTest, ChargesCompileAndMeasuringTime) {
   EXPECT_DOUBLE_EQ(results[1].cost_s, cost.timeout_s);
 }
 
+TEST(ReplayEnvTest, ItsProblemCarriesTheProbesCountersWhenTheTableHasThem) {
+  ProblemTable table = SmallTable();
+  EXPECT_TRUE(ReplayEnv(table).problem().probe_counters.empty());
+  // Counters of a config that is not the probe are not the problem's.
+  table.rows[0].measurement.counters = {{"duration_ns", 3000.0}};
+  EXPECT_TRUE(ReplayEnv(table).problem().probe_counters.empty());
+  table.rows[1].measurement.counters = {{"probe", 0.5}, {"duration_ns", 2000.0}};
+  const ReplayEnv env(table);
+  EXPECT_EQ(env.problem().probe_counters, table.rows[1].measurement.counters);
+  EXPECT_EQ(env.problem().Key(), table.problem.Key());
+}
+
 TEST(EvaluatorTest, OwnsTheBudgetAndRemembersResults) {
   const ProblemTable table = SmallTable();
   ReplayEnv env(table);

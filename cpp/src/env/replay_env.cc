@@ -55,7 +55,11 @@ Space SpaceOfTable(const ProblemTable& table) {
 }  // namespace
 
 ReplayEnv::ReplayEnv(const ProblemTable& table, ReplayCost cost)
-    : table_(table), cost_(cost), space_(SpaceOfTable(table)), oracle_ms_(table.oracle_ms()) {
+    : table_(table),
+      problem_(ProfiledProblem(table)),
+      cost_(cost),
+      space_(SpaceOfTable(table)),
+      oracle_ms_(table.oracle_ms()) {
   for (const auto& row : table_.rows) {
     const auto config = space_.Find(row.config);
     const uint64_t index = space_.Index(*config);

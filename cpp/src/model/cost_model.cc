@@ -135,15 +135,6 @@ const std::vector<std::string>& CounterFeatureNames() {
   return names;
 }
 
-const NamedValues* ProbeCounters(const ProblemTable& table, double probe) {
-  for (const auto& row : table.rows) {
-    const Value* p = Find(row.measurement.counters, "probe");
-    if (p && !std::holds_alternative<std::string>(*p) && std::abs(ToDouble(*p) - probe) < 1e-9)
-      return &row.measurement.counters;
-  }
-  return nullptr;
-}
-
 GbdtOptions CostModelOptions::DefaultTimeTrees() {
   GbdtOptions o;
   o.loss = Loss::kSquared;
@@ -199,7 +190,9 @@ ModelInput CostModel::Input(const Problem& problem, const NamedValues& config,
   }
   if (options_.use_counters) {
     const auto it = problem_counters_.find(problem.Key());
-    std::vector<double> c = it == problem_counters_.end() ? MissingCounters() : it->second;
+    std::vector<double> c = it != problem_counters_.end()      ? it->second
+                            : !problem.probe_counters.empty() ? CounterFeaturesOf(problem.probe_counters)
+                                                               : MissingCounters();
     const double roofline_log2 = in.failure_features[kRooflineFeature];
     if (c[0] == 0 && roofline_log2 != 0) c[kProbeOverRooflineFeature] = c[kProbeMsFeature] - roofline_log2;
     in.time_features.insert(in.time_features.end(), c.begin(), c.end());

@@ -170,7 +170,16 @@ TEST(CostModelTest, ProbeCountersOfTheBundledTablesAreProblemFeaturesThatSurvive
   const size_t nf = FeatureExtractor::size();
   const size_t missing = nf;  // counters_missing comes first.
   EXPECT_EQ(model.Input(held.problem, held.rows[0].config).time_features[missing], 1.0);
+  // A problem that carries its probe's counters (as a replay or a profiled session gives it) is
+  // described by them without SetProblemCounters, exactly as with it.
+  const Problem profiled = ProfiledProblem(held);
+  ASSERT_FALSE(profiled.probe_counters.empty());
+  EXPECT_EQ(profiled.Key(), held.problem.Key());
+  const ModelInput carried = model.Input(profiled, held.rows[0].config);
+  EXPECT_EQ(carried.time_features[missing], 0.0);
+  EXPECT_FALSE(model.has_counters(held.problem));
   EXPECT_TRUE(model.SetProblemCounters(held));
+  EXPECT_EQ(model.Input(held.problem, held.rows[0].config).time_features, carried.time_features);
   EXPECT_TRUE(model.has_counters(held.problem));
   const ModelInput in = model.Input(held.problem, held.rows[0].config);
   ASSERT_EQ(in.time_features.size(), nf + CounterFeatureNames().size());

@@ -20,6 +20,21 @@ double ProblemTable::oracle_ms() const {
   return best;
 }
 
+const NamedValues* ProbeCounters(const ProblemTable& table, double probe) {
+  for (const auto& row : table.rows) {
+    const Value* p = Find(row.measurement.counters, "probe");
+    if (p && !std::holds_alternative<std::string>(*p) && std::abs(ToDouble(*p) - probe) < 1e-9)
+      return &row.measurement.counters;
+  }
+  return nullptr;
+}
+
+Problem ProfiledProblem(const ProblemTable& table, double probe) {
+  Problem problem = table.problem;
+  if (const NamedValues* counters = ProbeCounters(table, probe)) problem.probe_counters = *counters;
+  return problem;
+}
+
 namespace {
 
 class LineReader {

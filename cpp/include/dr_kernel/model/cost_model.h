@@ -72,9 +72,6 @@ struct CostModelOptions {
 // The problem-level features that CostModelOptions::use_counters appends, in order.
 const std::vector<std::string>& CounterFeatureNames();
 
-// The counters of `table`'s probe (the first row whose counters say "probe": `probe`), or nullptr.
-const NamedValues* ProbeCounters(const ProblemTable& table, double probe = 0.5);
-
 // What the model says of one configuration.
 struct CostPrediction {
   double log_ms = 0;      // Mean over the ensemble of the predicted natural log of the time in ms.
@@ -110,7 +107,7 @@ class CostModel {
   void Add(const ProblemTable& table, double weight = 1.0);
   // The hardware counters of `problem`'s probe config (names as profiling.stored_counters writes
   // them), for every later Add and Input of that problem; ignored unless options().use_counters.
-  // A held-out problem needs them too: predictions for it use them.
+  // A problem without them here is described by its Problem::probe_counters when it has them.
   void SetProblemCounters(const Problem& problem, const NamedValues& counters);
   // SetProblemCounters with the table's probe counters, when it has them (true then).
   bool SetProblemCounters(const ProblemTable& table);
