@@ -46,6 +46,10 @@ constexpr size_t kGainCandidates = 256;
 // (a wrong result, a crash) is rare.
 constexpr double kStaticFitsFail = 0.02;
 
+// Shared memory below this counts as this much in AlikeAt (bytes): a few bytes more or less of a
+// tiny reduction buffer do not make two configs unlike.
+constexpr double kAlikeSmemFloor = 1024;
+
 // Squared distance beyond which a kernel weight counts as 0 (exp(-0.6 / (2 * 0.25^2)) < 0.01):
 // most measurements are that far from a config, and skipping their exp() keeps proposals cheap.
 constexpr double kFarSquared = 0.6;
@@ -150,8 +154,16 @@ void Walk::Beliefs(uint64_t index, const std::vector<double>& here, double* mean
   }
   // One kernel weight per measurement: ok ones correct the time, all of them the failure belief.
   double weight = 0, local = 0, all_weight = 0, failed = 0;
+  std::array<double, 3> alike{};
+  const bool use_alike = alike_width_ > 0 && AlikeAt(index, &alike);
+  const double alike_scale = use_alike ? 1.0 / (2 * alike_width_ * alike_width_) : 0.0;
   for (size_t i = 0; i < outcome_at_.size(); ++i) {
-    const double w = Kernel(here, outcome_at_[i]);
+    double w = Kernel(here, outcome_at_[i]);
+    if (use_alike && outcome_has_alike_[i]) {
+      double d2 = 0;
+      for (size_t k = 0; k < alike.size(); ++k) d2 += (alike[k] - outcome_alike_[i][k]) * (alike[k] - outcome_alike_[i][k]);
+      if (d2 * alike_scale < kFarSquared / (2 * kBandwidth * kBandwidth)) w = std::max(w, std::exp(-d2 * alike_scale));
+    }
     if (w == 0) continue;
     all_weight += w;
     if (outcome_failed_[i]) {
@@ -173,6 +185,21 @@ void Walk::Beliefs(uint64_t index, const std::vector<double>& here, double* mean
       *p_fail = (kFailPseudo * prior + failed) / (kFailPseudo + all_weight);
     }
   }
+}
+
+bool Walk::AlikeAt(uint64_t index, std::array<double, 3>* at) const {
+  if (prior_->estimates.empty()) return false;
+  const ConfigEstimate& e = prior_->estimates[index];
+  if (!e.known || !(e.regs > 0) || !(e.waves > 0)) return false;
+  *at = {std::log2(e.regs), std::log2(std::max(e.smem, kAlikeSmemFloor)), std::log2(e.waves)};
+  return true;
+}
+
+void Walk::UpdateAlike() {
+  outcome_alike_.resize(outcome_index_.size());
+  outcome_has_alike_.resize(outcome_index_.size());
+  for (size_t i = 0; i < outcome_index_.size(); ++i)
+    outcome_has_alike_[i] = AlikeAt(outcome_index_[i], &outcome_alike_[i]) ? 1 : 0;
 }
 
 bool Walk::StaticallyFails(uint64_t index) const {
@@ -506,6 +533,8 @@ void Walk::Observe(const Config& config, const Measurement& m) {
   outcome_at_.push_back(space_.Encode(config));
   outcome_index_.push_back(index);
   outcome_failed_.push_back(ok ? 0 : 1);
+  outcome_alike_.emplace_back();
+  outcome_has_alike_.push_back(AlikeAt(index, &outcome_alike_.back()) ? 1 : 0);
   if (ok) {
     const double r = log_ms - prior_->log_ms[index];
     residual_at_.push_back(outcome_at_.back());
@@ -517,6 +546,7 @@ void Walk::Observe(const Config& config, const Measurement& m) {
 
 void Walk::Rebase(const Prior& prior) {
   prior_ = &prior;
+  UpdateAlike();
   residual_at_.clear();
   residual_.clear();
   residual_sum_ = 0;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "dr_kernel/agent/agent.h"
 #include "dr_kernel/agent/tuning_env.h"
 #include "dr_kernel/table.h"
 
@@ -312,6 +313,50 @@ TEST(WalkBeliefTest, ATrendTheMeasurementsShowCorrectsFarFromThem) {
   });
   ASSERT_GT(truth.size(), 100u);
   EXPECT_GT(Spearman(believed, truth), Spearman(prior_log, truth) + 0.1);
+}
+
+TEST(WalkAlikeTest, AMeasurementCorrectsConfigsThatUseTheMachineAlikeWhateverTheirParameters) {
+  // The causal attention 2×16×2048×128, whose best config (64×64, 4 warps, 3 stages) lies two
+  // parameters away from the 128×64, 8-warp configs a prior of another family's model prefers: the
+  // feature table estimates both with as many registers per thread (as many rows per warp), and
+  // with alike on, a measurement of one corrects the belief of the other.
+  const Truth t = LoadTruth("attention_2x16x2048x128_causal_fp16.jsonl", 0);
+  CostModelOptions options;
+  options.ensemble_size = 2;
+  options.time_trees.num_trees = 10;
+  options.failure_trees.num_trees = 5;
+  CostModel model(options);
+  model.Add(ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/softmax_2048x16384_fp16.jsonl"})[0]);
+  model.Fit();
+  const Prior prior = PriorFromModel(&model, t.table.problem, t.space);
+  auto config = [&](int64_t m, int64_t n, int64_t warps, int64_t stages) {
+    return *t.space.Find({{"BLOCK_M", m}, {"BLOCK_N", n}, {"num_warps", warps}, {"num_stages", stages}});
+  };
+  const Config measured = config(128, 64, 8, 3), alike = config(64, 64, 4, 3), unlike = config(64, 32, 8, 2);
+  const ConfigEstimate& a = prior.estimates[t.space.Index(measured)];
+  const ConfigEstimate& b = prior.estimates[t.space.Index(alike)];
+  const ConfigEstimate& c = prior.estimates[t.space.Index(unlike)];
+  ASSERT_TRUE(a.known && b.known && c.known);
+  EXPECT_EQ(a.regs, b.regs);
+  EXPECT_LT(c.regs, 0.75 * a.regs);
+
+  Measurement fast;
+  fast.status = Status::kOk;
+  fast.ms = std::exp(prior.log_ms[t.space.Index(measured)] - 1.0);  // The prior was 2.7x too slow here.
+  std::vector<double> shift;  // How much the measurement moved the belief of `alike`, of `unlike`.
+  for (double width : {0.0, 0.5}) {
+    Walk walk(t.space, prior, {}, 100);
+    walk.SetAlikeWidth(width);
+    const double alike_before = walk.Predict(alike), unlike_before = walk.Predict(unlike);
+    walk.Record(measured, fast);
+    shift.push_back(walk.Predict(alike) - alike_before);
+    shift.push_back(walk.Predict(unlike) - unlike_before);
+  }
+  // Both are two steps or more from the measurement by parameters; the one that uses the machine
+  // alike (its waves and shared memory differ, so by a share of the measured error) moves further
+  // with alike on, the other not at all.
+  EXPECT_LT(shift[2], shift[0] - 0.04);
+  EXPECT_NEAR(shift[3], shift[1], 1e-9);
 }
 
 TEST(WalkBeliefTest, FailuresMakeTheirNeighboursLikelyToFail) {

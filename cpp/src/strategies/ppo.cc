@@ -229,6 +229,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     walks.emplace_back(space, *prior, features, planned, agent::RewardConfig{}, rng.Next());
     walks.back().DetectInert(static_cast<int>(options.Int("inert")));
     walks.back().SetRandomJumpDraws(static_cast<int>(options.Int("jump_draws")));
+    walks.back().SetAlikeWidth(options.Get("alike"));
   }
   double epsilon = options.Get("epsilon");
   const double decay = options.Get("decay");
@@ -635,6 +636,9 @@ StrategyInfo PpoStrategy() {
            {"jump_draws", "a random jump (taken with probability (1 - trust)^2) draws this many untried configs "
                           "uniformly and measures the one the walk believes fastest (1: uniform random search; "
                           "benchmarks/agent.md)", 6},
+           {"alike", "configs whose estimated registers per thread, shared memory and waves lie this close "
+                     "(a kernel's width in doublings) count as near in the beliefs' local correction, whatever "
+                     "their parameters (0: by parameters only; benchmarks/agent.md)", agent::kDefaultAlikeWidth},
            {"climb_ridge", "1: in the climb, a neighbour that breaks the space's constraints is replaced by the most "
                            "promising valid config that also moves one other parameter one step (a block that may grow "
                            "only with its warps grows with them), and such a step that paid is taken again first "

@@ -7,6 +7,7 @@
 #define DR_KERNEL_AGENT_WALK_H_
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -98,6 +99,10 @@ struct StepReward {
   double reward = 0;
   std::vector<std::pair<int, double>> credit_back;
 };
+
+// Walk::SetAlikeWidth as the ppo strategy sets it unless told otherwise: 0.5 was best of 0.25, 0.35,
+// 0.5, 0.75 and 1 held out (benchmarks/agent.md, "Configs that use the machine alike").
+inline constexpr double kDefaultAlikeWidth = 0.5;
 
 // Measured times closer than this (log) are a tie for the rank correlation: timing noise, not rank.
 inline constexpr double kTieLog = 0.05;
@@ -213,6 +218,19 @@ class Walk {
   // (1: uniform random search; more leans the search towards what the measurements suggest).
   void SetRandomJumpDraws(int draws) { random_draws_ = std::max(1, draws); }
 
+  // Configs alike in what the hardware makes of them count as near in the local correction of the
+  // beliefs, whatever their parameters: their estimated registers per thread, shared memory per
+  // program and waves (Prior::estimates), each in log2 units, weighted by a Gaussian kernel of
+  // this width (0: off, as in simulated training). What a measurement says of its config then
+  // carries to configs of other tile shapes that use the machine alike (attention's 128-row block
+  // with 8 warps and its 64-row block with 4 hold as many rows per warp). Configs without an
+  // estimate (kernels the feature table does not know) are corrected by their parameters only.
+  // The ppo strategy's default: kDefaultAlikeWidth.
+  void SetAlikeWidth(double width) {
+    alike_width_ = std::max(0.0, width);
+    jump_known_ = false;
+  }
+
   // Turns on inert parameters (off by default, as in simulated training): a parameter is inert
   // once at least `pairs` pairs of ok configs that differ only in it measured exactly the same time
   // (the session copies the result of a config whose binary is one measured before, and so does a
@@ -282,6 +300,10 @@ class Walk {
   int inert_pairs_ = 0;
   std::unordered_map<uint64_t, uint8_t> static_fits_;  // Config index -> compiles (SetStaticVerdict).
   int random_draws_ = 1;
+  double alike_width_ = 0;
+  // The config's coordinates for SetAlikeWidth (log2 registers, shared memory, waves); false
+  // without an estimate.
+  bool AlikeAt(uint64_t index, std::array<double, 3>* at) const;
   std::vector<uint8_t> inert_;  // Inert(p) by parameter, as of the last measurement.
   bool any_inert_ = false;
   std::unordered_map<uint64_t, uint64_t> binary_of_;  // Space::Index -> binary, where told (SetBinary).
@@ -298,6 +320,10 @@ class Walk {
   std::vector<std::vector<double>> outcome_at_;
   std::vector<uint64_t> outcome_index_;
   std::vector<uint8_t> outcome_failed_;
+  // AlikeAt of every measurement, and whether it has them (an estimate); refreshed on Rebase.
+  std::vector<std::array<double, 3>> outcome_alike_;
+  std::vector<uint8_t> outcome_has_alike_;
+  void UpdateAlike();
   std::vector<double> outcome_detrended_;  // Residual less bias and trend (0 for failures).
   // (belief just before measuring, measured log time) of ok measurements, and their correlation.
   std::vector<double> pair_predicted_, pair_measured_;
