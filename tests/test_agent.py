@@ -86,9 +86,9 @@ def test_holdout_family_replays_each_family_with_an_agent_that_never_saw_it(tabl
     trained_on = []
     train = _core.train_agent
 
-    def recording(training, *args):
+    def recording(training, *args, **kwargs):
         trained_on.append({t.problem["family"] for t in training})
-        return train(training, *args)
+        return train(training, *args, **kwargs)
 
     monkeypatch.setattr(_core, "train_agent", recording)
     report = holdout.replay_held_out(chosen, "ppo", 20, 2, 1.05, 0, {}, ppo_steps=2048, bc_episodes=20, synthetic=0)
