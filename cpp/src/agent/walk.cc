@@ -161,8 +161,13 @@ void Walk::Beliefs(uint64_t index, const std::vector<double>& here, double* mean
     double w = Kernel(here, outcome_at_[i]);
     if (use_alike && outcome_has_alike_[i]) {
       double d2 = 0;
-      for (size_t k = 0; k < alike.size(); ++k) d2 += (alike[k] - outcome_alike_[i][k]) * (alike[k] - outcome_alike_[i][k]);
-      if (d2 * alike_scale < kFarSquared / (2 * kBandwidth * kBandwidth)) w = std::max(w, std::exp(-d2 * alike_scale));
+      for (size_t k = 0; k < alike.size(); ++k) {
+        const double d = alike[k] - outcome_alike_[i][k];
+        d2 += d * d;
+      }
+      // Beyond the parameter kernel's cut-off weight, as far counts as nothing here too.
+      const double exponent = d2 * alike_scale;
+      if (exponent < kFarSquared / (2 * kBandwidth * kBandwidth)) w = std::max(w, std::exp(-exponent));
     }
     if (w == 0) continue;
     all_weight += w;
