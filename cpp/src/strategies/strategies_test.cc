@@ -611,6 +611,30 @@ TEST(PpoTest, WithClimbRidgeTheClimbFollowsTheConstraintsWhereAOneStepMoveBreaks
   }
 }
 
+TEST(PpoTest, AlikeActsOnlyWhereTheFeatureTableEstimatesTheConfigs) {
+  // `alike` weighs measurements by the configs' estimated registers, shared memory and waves: on
+  // the causal attention (estimated) it changes what sessions measure; on layernorm, which the
+  // feature table does not estimate, sessions with and without it are the same.
+  EnsureAgent();
+  const ProblemTable attention =
+      ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/attention_2x16x2048x128_causal_fp16.jsonl"})[0];
+  const ProblemTable layernorm = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/layernorm.jsonl"})[1];
+  auto measured = [&](const ProblemTable& table, double alike, uint64_t seed) {
+    ReplayEnv env(table);
+    Evaluator session(env, Budget{40});
+    RunStrategy("ppo", session, seed, {{"alike", alike}});
+    std::vector<Config> configs;
+    for (const auto& trial : session.history()) configs.push_back(trial.config);
+    return configs;
+  };
+  int attention_differ = 0;
+  for (uint64_t seed = 0; seed < 5; ++seed) {
+    attention_differ += measured(attention, agent::kDefaultAlikeWidth, seed) != measured(attention, 0, seed);
+    EXPECT_EQ(measured(layernorm, agent::kDefaultAlikeWidth, seed), measured(layernorm, 0, seed)) << seed;
+  }
+  EXPECT_GE(attention_differ, 3);
+}
+
 TEST(PpoTest, WithStaticNoSessionMeasuresABinaryTwice) {
   // rmsnorm 16384x8192 (bf16): num_stages changes nothing the compiler emits for a kernel without a
   // loop, and the recording says which configs compiled to the binary of one measured before
