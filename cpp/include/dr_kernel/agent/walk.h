@@ -286,6 +286,11 @@ class Walk {
   void Beliefs(uint64_t index, const std::vector<double>& encoded, double* mean, double* std, double* p_fail,
                bool verdict = true) const;
   void FillDirection(const Config& target, double current_log, double* out) const;
+  // The config's coordinates for SetAlikeWidth (log2 registers, shared memory, waves); false
+  // without an estimate.
+  bool AlikeAt(uint64_t index, std::array<double, 3>* at) const;
+  // Fills outcome_alike_ from the prior's estimates.
+  void UpdateAlike();
 
   const Space& space_;
   const Prior* prior_;
@@ -301,9 +306,6 @@ class Walk {
   std::unordered_map<uint64_t, uint8_t> static_fits_;  // Config index -> compiles (SetStaticVerdict).
   int random_draws_ = 1;
   double alike_width_ = 0;
-  // The config's coordinates for SetAlikeWidth (log2 registers, shared memory, waves); false
-  // without an estimate.
-  bool AlikeAt(uint64_t index, std::array<double, 3>* at) const;
   std::vector<uint8_t> inert_;  // Inert(p) by parameter, as of the last measurement.
   bool any_inert_ = false;
   std::unordered_map<uint64_t, uint64_t> binary_of_;  // Space::Index -> binary, where told (SetBinary).
@@ -323,7 +325,6 @@ class Walk {
   // AlikeAt of every measurement, and whether it has them (an estimate); refreshed on Rebase.
   std::vector<std::array<double, 3>> outcome_alike_;
   std::vector<uint8_t> outcome_has_alike_;
-  void UpdateAlike();
   std::vector<double> outcome_detrended_;  // Residual less bias and trend (0 for failures).
   // (belief just before measuring, measured log time) of ok measurements, and their correlation.
   std::vector<double> pair_predicted_, pair_measured_;
