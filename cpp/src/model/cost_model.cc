@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <set>
 #include <stdexcept>
@@ -243,20 +244,72 @@ bool CostModel::has_counters(const Problem& problem) const {
   return it != problem_counters_.end() && it->second[0] == 0;
 }
 
+namespace {
+
+size_t FamilyOtherFeature() {
+  static const size_t index = FeatureIndex("family_other");
+  return index;
+}
+
+bool Estimated(const std::string& family) {
+  static const std::vector<std::string> known = FeatureExtractor::KnownFamilies();
+  return std::find(known.begin(), known.end(), family) != known.end();
+}
+
+}  // namespace
+
 void CostModel::Add(const ProblemTable& table, double weight) {
   SetProblemCounters(table);
   for (const auto& row : table.rows) Add(table.problem, row.config, row.measurement, weight);
+  if (!(options_.generic_rows > 0) || !Estimated(table.problem.family)) return;
+  // The copies: features as of a kernel the table does not know, rows under the family's name.
+  Problem generic = table.problem;
+  generic.family = "generic " + table.problem.family;
+  const size_t first = rows_.size();
+  for (const auto& row : table.rows) Add(generic, row.config, row.measurement, weight * options_.generic_rows);
+  for (size_t i = first; i < rows_.size(); ++i) rows_[i].family = table.problem.family;
+  families_.erase(std::remove(families_.begin(), families_.end(), generic.family), families_.end());
+}
+
+bool CostModel::IsCopy(size_t i) const {
+  return Estimated(rows_[i].family) && failure_x_[i * FeatureExtractor::size() + FamilyOtherFeature()] == 1;
+}
+
+const std::vector<Gbdt>& CostModel::MembersFor(const ModelInput& input) const {
+  // A family with rows of its own (other shapes, or a session's refits) is predicted by the main
+  // ensemble, which learned them at full weight.
+  const bool generic =
+      !generic_members_.empty() && !input.family_seen && input.failure_features[FamilyOtherFeature()] == 1;
+  return generic ? generic_members_ : members_;
 }
 
 void CostModel::Fit() {
   const size_t nf = FeatureExtractor::size();
+  std::vector<bool> copy(rows_.size());
+  bool any_copy = false;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    copy[i] = IsCopy(i);
+    any_copy = any_copy || (copy[i] && rows_[i].status == Status::kOk);
+  }
+  std::vector<Gbdt> members = FitTimeEnsemble([&](size_t i) { return !copy[i]; });
+  // The generic ensemble: rows described without estimates (copies, and the families the table
+  // does not estimate), all with a zero offset.
+  std::vector<Gbdt> generic_members;
+  if (any_copy)
+    generic_members = FitTimeEnsemble([&](size_t i) { return failure_x_[i * nf + FamilyOtherFeature()] == 1; });
+  members_ = std::move(members);
+  generic_members_ = std::move(generic_members);
+  FitFailures([&](size_t i) { return !copy[i]; });
+}
+
+std::vector<Gbdt> CostModel::FitTimeEnsemble(const std::function<bool(size_t)>& use) const {
   const size_t ntf = TimeFeatureCount();
   // Time: ok rows, target log ms relative to the roofline so that trees learn efficiency, which
   // transfers across problem sizes, rather than size itself.
   Dataset time;
   time.num_features = ntf;
   for (size_t i = 0; i < rows_.size(); ++i)
-    if (rows_[i].status == Status::kOk)
+    if (rows_[i].status == Status::kOk && use(i))
       time.Add(&time_x_[i * ntf], rows_[i].log_ms - rows_[i].log_offset, rows_[i].weight);
   if (time.num_rows() == 0)
     throw std::invalid_argument("the cost model has no ok measurement to fit; add measured rows first");
@@ -281,12 +334,19 @@ void CostModel::Fit() {
     o.seed = options_.seed * 7919 + m * 104729 + 1;
     members[m].Fit(sample, time_bins, time_binned, o);
   });
+  return members;
+}
 
-  // Failures: every row, one classifier per failure status that the rows contain.
+void CostModel::FitFailures(const std::function<bool(size_t)>& use) {
+  const size_t nf = FeatureExtractor::size();
+  // Failures: every row used, one classifier per failure status that the rows contain.
   Dataset fail;
   fail.num_features = nf;
   std::vector<Status> statuses;
+  std::vector<size_t> used;
   for (size_t i = 0; i < rows_.size(); ++i) {
+    if (!use(i)) continue;
+    used.push_back(i);
     fail.Add(&failure_x_[i * nf], 0.0, rows_[i].weight);
     if (IsFailure(rows_[i].status) &&
         std::find(statuses.begin(), statuses.end(), rows_[i].status) == statuses.end())
@@ -299,14 +359,13 @@ void CostModel::Fit() {
     const std::vector<uint8_t> fail_binned = fail_bins.BinRows(fail);
     ParallelFor(statuses.size(), options_.threads, [&](size_t s) {
       Dataset labelled = fail;
-      for (size_t i = 0; i < rows_.size(); ++i) labelled.y[i] = rows_[i].status == statuses[s] ? 1.0 : 0.0;
+      for (size_t j = 0; j < used.size(); ++j) labelled.y[j] = rows_[used[j]].status == statuses[s] ? 1.0 : 0.0;
       GbdtOptions o = options_.failure_trees;
       o.seed = options_.seed * 6151 + static_cast<uint64_t>(statuses[s]) + 17;
       failure_models[s].first = statuses[s];
       failure_models[s].second.Fit(labelled, fail_bins, fail_binned, o);
     });
   }
-  members_ = std::move(members);
   failure_models_ = std::move(failure_models);
 }
 
@@ -346,6 +405,7 @@ size_t CostModel::FamilyShapes(const std::string& family) const {
   std::set<std::vector<double>> shapes;
   for (size_t i = 0; i < rows_.size(); ++i) {
     if (rows_[i].family != family) continue;
+    if (IsCopy(i)) continue;  // A generic copy (options().generic_rows).
     std::vector<double> shape;
     for (size_t f : kShapeFeatures) shape.push_back(failure_x_[i * nf + f]);
     shapes.insert(std::move(shape));
@@ -365,12 +425,13 @@ CostPrediction CostModel::Predict(const ModelInput& input) const {
   if (!fitted()) throw std::logic_error("the cost model has not been fitted; call Fit() after adding rows");
   CostPrediction p;
   double sum = 0, sum2 = 0;
-  for (const Gbdt& m : members_) {
+  const std::vector<Gbdt>& members = MembersFor(input);
+  for (const Gbdt& m : members) {
     const double v = m.Predict(input.time_features.data());
     sum += v;
     sum2 += v * v;
   }
-  const double k = static_cast<double>(members_.size());
+  const double k = static_cast<double>(members.size());
   const double mean = sum / k;
   if (AnalyticOnly(input)) {
     p.log_ms = input.log_offset + kUnseenFamilyCorrection * mean;
@@ -398,7 +459,7 @@ double CostModel::PredictMember(size_t k, const ModelInput& input) const {
   if (k >= members_.size())
     throw std::out_of_range("ensemble member " + std::to_string(k) + " does not exist (the model has " +
                             std::to_string(members_.size()) + ")");
-  const double correction = members_[k].Predict(input.time_features.data());
+  const double correction = MembersFor(input)[k].Predict(input.time_features.data());
   return input.log_offset + (AnalyticOnly(input) ? kUnseenFamilyCorrection : 1.0) * correction;
 }
 
@@ -467,6 +528,9 @@ void CostModel::Save(std::ostream& out) const {
     io::WriteU64(out, static_cast<uint64_t>(status));
     model.Save(out);
   }
+  // The generic ensemble (version 4).
+  io::WriteU64(out, generic_members_.size());
+  for (const Gbdt& m : generic_members_) m.Save(out);
   if (!out) throw ModelError("could not write the cost model: the output stream failed (disk full?)");
 }
 
@@ -587,7 +651,13 @@ CostModel CostModel::Load(std::istream& in) {
       throw ModelError("the cost model stream has an unknown failure status; it is corrupt");
     model.failure_models_.emplace_back(static_cast<Status>(s), Gbdt::Load(in));
   }
-  for (const Gbdt& m : model.members_)
+  if (version >= 4) {
+    const uint64_t generic = io::ReadU64(in, "the generic ensemble");
+    if (generic > 10000) throw ModelError("the cost model stream has an implausible ensemble; it is corrupt");
+    for (uint64_t i = 0; i < generic; ++i) model.generic_members_.push_back(Gbdt::Load(in));
+  }
+  for (const auto* ensemble : {&model.members_, &model.generic_members_})
+   for (const Gbdt& m : *ensemble)
     if (m.num_features() != ntf)
       throw ModelError("a saved tree ensemble disagrees with the feature count; it is corrupt");
   return model;

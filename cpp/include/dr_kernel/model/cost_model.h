@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <istream>
 #include <map>
 #include <memory>
@@ -51,6 +52,14 @@ struct CostModelOptions {
   // extrapolate badly to it; some of what they learned carries), with this standard deviation in
   // log ms as its uncertainty.
   double unseen_family_log_std = 0.7;
+  // Weight of a second copy of every recorded row of a family the feature table estimates, described
+  // as a kernel it does not know (generic features only: parameters, shape, launch), so that the
+  // trees learn what a new kernel's configs cost from every family's rows, not only from those of the
+  // few unestimated families. The copy keeps its family's name (WithoutFamily drops it with the
+  // family). The copies, with the rows of the families the table does not estimate, fit an ensemble
+  // of their own that predicts only such kernels of families no row is of, so every other prediction
+  // is that of the model without copies. 0: no copies.
+  double generic_rows = 1;
   // Append problem-level features from hardware counters (Nsight Compute) of the problem's probe
   // config (profiling.probe_config: the middle of the space) to the time features: bound by
   // memory or arithmetic, L2 hit rate, occupancy, what warps stall on. Problems without counters
@@ -152,12 +161,21 @@ class CostModel {
   static CostModel Load(std::istream& in);
 
   // The format version that Save writes; Load also reads versions 1 (before counters) and 2 (before
-  // the device's dot-step latency).
-  static constexpr uint64_t kFormatVersion = 3;
+  // the device's dot-step latency) and 3 (before the generic ensemble).
+  static constexpr uint64_t kFormatVersion = 4;
 
  private:
   // A family the model has an analytic time for and no training row of (see unseen_family_log_std).
   bool AnalyticOnly(const ModelInput& input) const;
+  // Whether row i is a generic copy (CostModelOptions::generic_rows) of an estimated family's row.
+  bool IsCopy(size_t i) const;
+  // The time ensemble that predicts `input`: the generic one for a kernel the feature table does
+  // not estimate and no row is of, when there is one; else the main one.
+  const std::vector<Gbdt>& MembersFor(const ModelInput& input) const;
+  // A bagged time ensemble fitted on the ok rows for which `use` is true.
+  std::vector<Gbdt> FitTimeEnsemble(const std::function<bool(size_t)>& use) const;
+  // The failure classifiers, fitted on the rows for which `use` is true.
+  void FitFailures(const std::function<bool(size_t)>& use);
   // What is kept of one training row besides its features.
   struct Row {
     std::string family;
@@ -176,7 +194,9 @@ class CostModel {
   std::vector<std::string> families_;  // Families of the rows, sorted.
   std::vector<double> time_x_;         // Row-major time features of rows_.
   std::vector<double> failure_x_;      // Row-major failure features of rows_.
-  std::vector<Gbdt> members_;
+  std::vector<Gbdt> members_;          // Fitted on every row but the generic copies.
+  std::vector<Gbdt> generic_members_;  // Fitted on the rows without estimates: the copies and the
+                                       // unestimated families' rows (empty without copies).
   std::vector<std::pair<Status, Gbdt>> failure_models_;
   std::map<std::string, std::vector<double>> problem_counters_;  // Problem::Key() -> counter features.
 };
