@@ -239,6 +239,34 @@ def test_replay_shows_the_agent_only_on_problems_it_was_not_trained_on(tmp_path,
     assert report["in_sample_problems_left_out"] == 1
 
 
+def test_dr_kernel_agent_names_the_agent_and_its_training_data(tmp_path, table_paths):
+    # An agent trained on rmsnorm's two tables (`dr-kernel train --data`), named by DR_KERNEL_AGENT:
+    # replay's train/test split is its own, so softmax's ppo row is out of sample and shown.
+    names = [p.name for p in table_paths]
+    seen = table_paths[names.index("rmsnorm_4096x4096_fp16.jsonl")]
+    other = table_paths[names.index("softmax_8192x1024_fp16.jsonl")]
+    agent = tmp_path / "agent"
+    out = run_cli("train", "--data", str(seen), str(table_paths[names.index("rmsnorm_16384x8192_bf16.jsonl")]),
+                  "--ppo-steps", "2048", "--bc-episodes", "20", "--synthetic", "0", "--out", str(agent))
+    assert out.returncode == 0, out.stderr
+    env = dict(os.environ, DR_KERNEL_AGENT=str(agent))
+    replay = [sys.executable, "-m", "dr_kernel.cli", "replay", "--data", str(seen), str(other), "--strategy", "ppo",
+              "--budget", "20", "--repeats", "2"]
+    out = subprocess.run(replay, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if " ppo " in line]
+    assert len(rows) == 1 and "softmax" in rows[0], out.stdout
+    assert "1 of 2 are in its training data and left out" in out.stdout
+    # The shipped agent was trained on both: nothing of ppo is shown.
+    shipped = subprocess.run(replay, capture_output=True, text=True)
+    assert not [line for line in shipped.stdout.splitlines() if " ppo " in line]
+    # A folder without an agent is one clear error naming the variable and the fix.
+    env["DR_KERNEL_AGENT"] = str(tmp_path / "nothing")
+    bad = subprocess.run([sys.executable, "-c", "import dr_kernel"], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0
+    assert f"DR_KERNEL_AGENT={tmp_path / 'nothing'}" in bad.stderr and "dr-kernel train --out" in bad.stderr
+
+
 def test_bad_input_gets_one_clear_line(tmp_path, table_paths):
     out = run_cli("replay", "--strategy", "simplex")
     assert out.returncode == 2

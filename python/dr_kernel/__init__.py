@@ -6,6 +6,7 @@ The engine (spaces, environments, strategies, the PPO agent, the cost model, the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 __version__ = "0.1.0"
@@ -25,11 +26,31 @@ POLICY_FILE = AGENT_DIR / "policy.bin"
 MODEL_FILE = AGENT_DIR / "cost_model.bin"
 
 
+def agent_folder() -> Path:
+    """The folder of the agent behind the ppo strategy: the one that DR_KERNEL_AGENT names (written by
+    `dr-kernel train --out FOLDER`), else the shipped one."""
+    return Path(os.environ.get("DR_KERNEL_AGENT") or AGENT_DIR)
+
+
+def load_agent() -> None:
+    """Makes the agent of agent_folder() the ppo strategy's (its policy.bin and cost_model.bin)."""
+    from . import _core
+
+    folder = agent_folder()
+    policy, model = folder / POLICY_FILE.name, folder / MODEL_FILE.name
+    if folder != AGENT_DIR and not (policy.is_file() and model.is_file()):
+        raise ImportError(f"DR_KERNEL_AGENT={folder}: the folder needs policy.bin and cost_model.bin, as "
+                          "`dr-kernel train --out FOLDER` writes them; train one there, or unset the variable to "
+                          "use the shipped agent")
+    if policy.exists():
+        _core.load_agent(str(policy), str(model))
+
+
 def _load_shipped_agent() -> None:
     from . import _core
 
-    if POLICY_FILE.exists() and not _core.has_agent():
-        _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+    if not _core.has_agent():
+        load_agent()
 
 
 _load_shipped_agent()

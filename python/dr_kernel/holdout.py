@@ -27,11 +27,12 @@ def problem_key(problem: Mapping[str, Any]) -> str:
 
 
 def shipped_agent_trained_on() -> set[str] | None:
-    """The problem_key()s the shipped agent was trained on, from the trained_on.json that `dr-kernel
-    train` writes beside policy.bin; None when it does not say (then every replay of it is suspect)."""
-    from . import POLICY_FILE
+    """The problem_key()s the ppo strategy's agent (agent_folder(): the shipped one unless
+    DR_KERNEL_AGENT names another) was trained on, from the trained_on.json that `dr-kernel train`
+    writes beside policy.bin; None when it does not say (then every replay of it is suspect)."""
+    from . import agent_folder
 
-    listed = POLICY_FILE.parent / "trained_on.json"
+    listed = agent_folder() / "trained_on.json"
     if not listed.exists():
         return None
     return {problem_key(p) for p in json.loads(listed.read_text())["problems"]}
@@ -96,7 +97,7 @@ def replay_held_out(tables: Sequence[Any], strategy: str, budget: int, repeats: 
     """Replays `strategy` (one that uses the trained agent) on `tables`, each family's problems
     with an agent trained on `training` (default: `tables`) without any table of that family.
     Raises ValueError when a family leaves too little to train on."""
-    from . import MODEL_FILE, POLICY_FILE, _core
+    from . import _core, load_agent
 
     training = list(training if training is not None else tables)
     families = list(dict.fromkeys(t.problem["family"] for t in tables))
@@ -111,7 +112,6 @@ def replay_held_out(tables: Sequence[Any], strategy: str, budget: int, repeats: 
                 held = [t for t in tables if t.problem["family"] == family]
                 reports.append(_core.replay(held, strategy, budget, repeats, within, seed, dict(options), trace))
     finally:
-        if POLICY_FILE.exists():
-            _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+        load_agent()
     return MergedReport(reports, {"strategy": strategy, "budget": budget, "within": within, "repeats": repeats,
                                   "seed": seed, "agent_training": "leave-one-family-out", "ppo_steps": ppo_steps})

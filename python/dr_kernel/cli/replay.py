@@ -24,12 +24,12 @@ from .common import (
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .. import POLICY_FILE, _core
+    from .. import _core, agent_folder
     from ..holdout import problem_key, shipped_agent_trained_on
     from ..report import plot_replay
 
     # `dr-kernel train` lists beside policy.bin the problems the agent was trained on (None: unknown).
-    trained_on_file = POLICY_FILE.parent / "trained_on.json"
+    trained_on_file = agent_folder() / "trained_on.json"
     trained_on = shipped_agent_trained_on()
     agent_strategies = ("ppo",)  # Strategies that use the trained agent.
 
