@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-from dr_kernel import MODEL_FILE, POLICY_FILE, _core, bundled_tables  # noqa: E402
+from dr_kernel import _core, bundled_tables, load_agent  # noqa: E402
 from dr_kernel.holdout import use_agent_without, use_agent_without_problem  # noqa: E402
 
 
@@ -73,7 +73,7 @@ def main() -> None:
         report = json.loads(_core.replay(held, args.strategy, 100, args.repeats, 1.05, 0, options).to_json())
         for table, problem in zip(held, report["problems"], strict=True):
             medians[key_of(table, problem)] = problem["evals_to_within"]["median"]
-    _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+    load_agent()
     # A problem never brought within 1.05x counts as one evaluation past the budget.
     counted = {k: v if v is not None else 101 for k, v in medians.items()}
     values = list(counted.values())

@@ -26,7 +26,7 @@ from pathlib import Path
 
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    from dr_kernel import MODEL_FILE, POLICY_FILE, _core, bundled_tables
+    from dr_kernel import _core, bundled_tables, load_agent
     from dr_kernel.holdout import use_agent_without, use_agent_without_problem
 
     p = argparse.ArgumentParser()
@@ -66,7 +66,7 @@ def main() -> int:
                                  "final": problem["final_over_oracle"],
                                  "evals_to_within": problem["evals_to_within"]["median"]})
             print(f"{family}: done after {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+    load_agent()
     print(f"{'stop':>6} {'evals used (median, geomean)':>30} {'final/best (median, worst)':>28} {'> 1.05':>7}")
     for stop in stops:
         mine = [r for r in rows if r["stop"] == stop]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    from dr_kernel import MODEL_FILE, POLICY_FILE, _core, bundled_tables
+    from dr_kernel import _core, bundled_tables, load_agent
     from dr_kernel.holdout import use_agent_without
 
     p = argparse.ArgumentParser()
@@ -41,7 +41,7 @@ def main() -> int:
             ratios.append(ratio)
             shape = " ".join(f"{k}={v}" for k, v in table.problem["shape"].items())
             print(f"{family} {shape} {table.problem['dtype']}: {ratio:.3f}")
-    _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+    load_agent()
     finite = [r for r in ratios if math.isfinite(r)]
     print(f"{len(ratios)} problems: median {statistics.median(ratios):.3f}, geomean of those that ran "
           f"{math.exp(sum(map(math.log, finite)) / len(finite)):.3f}, within 1.05x {sum(r <= 1.05 for r in ratios)}, "

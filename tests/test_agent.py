@@ -6,12 +6,12 @@ import subprocess
 import sys
 
 import pytest
-from dr_kernel import MODEL_FILE, POLICY_FILE, _core
+from dr_kernel import AGENT_DIR, POLICY_FILE, _core, load_agent, model_file
 
 
 def test_the_package_ships_a_trained_agent_and_ppo_uses_it(recorded_tables):
     tables = recorded_tables
-    assert POLICY_FILE.exists() and MODEL_FILE.exists()
+    assert POLICY_FILE.exists() and model_file(AGENT_DIR) is not None
     assert _core.has_agent()
     # On bundled problems (the shipped agent has seen their tables) the greedy agent reaches 5 % of
     # each table's best within the budget, and in a geometric mean of a few evaluations (matmul
@@ -127,7 +127,7 @@ def test_an_agent_without_one_problem_is_trained_on_every_other_table_once(table
         holdout.use_agent_without_problem(1, chosen, tmp_path, ppo_steps=2048, bc_episodes=20, synthetic=0)
         assert len(trained_on) == 1 and {f.name: f.stat().st_mtime_ns for f in tmp_path.iterdir()} == saved
     finally:
-        _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+        load_agent()
 
 
 def test_an_agent_trained_with_counters_has_a_cost_model_that_reads_them(tables, tmp_path):
@@ -145,6 +145,6 @@ def test_an_agent_trained_with_counters_has_a_cost_model_that_reads_them(tables,
                                               counters=counters)
             models.setdefault(counters, []).append((folder / "problem1.model.bin").read_bytes())
     finally:
-        _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))
+        load_agent()
     assert models[False][0] == models[False][1]
     assert models[True][0] != models[False][0]

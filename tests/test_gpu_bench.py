@@ -163,9 +163,9 @@ def test_session_replay_ends_a_recorded_h200_session_where_a_stop_rule_would_hav
         left = replay.replay(row, {}, "auto", static)
         assert set(left) == {"left_at"} and left["left_at"] <= 28
     finally:
-        from dr_kernel import MODEL_FILE, POLICY_FILE, _core
+        from dr_kernel import load_agent
 
-        _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))  # The shipped agent, for the tests after this one.
+        load_agent()  # The shipped agent, for the tests after this one.
 
 
 def test_core_determinism_answers_the_same_twice_and_names_the_first_difference():
@@ -205,6 +205,6 @@ def test_session_replay_refits_as_the_recorded_session_did():
         row["dr_kernel"]["options_as_run"] = True
         assert replay.replay(row, {}, "auto", static) == {"left_at": 5}
     finally:
-        from dr_kernel import MODEL_FILE, POLICY_FILE, _core
+        from dr_kernel import load_agent
 
-        _core.load_agent(str(POLICY_FILE), str(MODEL_FILE))  # The shipped agent, for the tests after this one.
+        load_agent()  # The shipped agent, for the tests after this one.

@@ -21,6 +21,8 @@ def bundled_tables() -> list[Path]:
 
 
 # The pre-trained agent (policy and cost model) behind the ppo strategy, built by `dr-kernel train`.
+# The shipped cost model is kept xz-compressed (cost_model.bin.xz: 1 MB instead of 25; most of it is
+# its training rows, which refits need) and unpacked once into the per-user cache.
 AGENT_DIR = DATA_DIR / "agent"
 POLICY_FILE = AGENT_DIR / "policy.bin"
 MODEL_FILE = AGENT_DIR / "cost_model.bin"
@@ -32,17 +34,52 @@ def agent_folder() -> Path:
     return Path(os.environ.get("DR_KERNEL_AGENT") or AGENT_DIR)
 
 
+def model_file(folder: Path) -> Path | None:
+    """The cost model of an agent folder: its cost_model.bin, else its cost_model.bin.xz unpacked
+    (once per content) into the per-user cache folder, or the temporary folder when that cannot be
+    written; None when the folder has neither."""
+    import hashlib
+    import lzma
+    import tempfile
+
+    plain = folder / MODEL_FILE.name
+    if plain.is_file():
+        return plain
+    packed = folder / (MODEL_FILE.name + ".xz")
+    if not packed.is_file():
+        return None
+    data = packed.read_bytes()
+    name = f"agent-{hashlib.sha256(data).hexdigest()[:16]}"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    roots = [cache / "dr_kernel", Path(tempfile.gettempdir())]
+    for root in roots:
+        target = root / name / MODEL_FILE.name
+        if target.is_file():
+            return target
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Unpacked beside, then renamed: processes that start together (workers) never read half a file.
+            with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as out:
+                out.write(lzma.decompress(data))
+            os.replace(out.name, target)
+            return target
+        except OSError:
+            continue
+    raise OSError(f"{packed}: could not unpack the cost model into {roots[0]} or {roots[1]}; free some space there "
+                  "or set XDG_CACHE_HOME to a writable folder")
+
+
 def load_agent() -> None:
-    """Makes the agent of agent_folder() the ppo strategy's (its policy.bin and cost_model.bin)."""
+    """Makes the agent of agent_folder() the ppo strategy's (its policy.bin and cost model)."""
     from . import _core
 
     folder = agent_folder()
-    policy, model = folder / POLICY_FILE.name, folder / MODEL_FILE.name
-    if folder != AGENT_DIR and not (policy.is_file() and model.is_file()):
-        raise ImportError(f"DR_KERNEL_AGENT={folder}: the folder needs policy.bin and cost_model.bin, as "
-                          "`dr-kernel train --out FOLDER` writes them; train one there, or unset the variable to "
-                          "use the shipped agent")
-    if policy.exists():
+    policy, model = folder / POLICY_FILE.name, model_file(folder)
+    if folder != AGENT_DIR and not (policy.is_file() and model is not None):
+        raise ImportError(f"DR_KERNEL_AGENT={folder}: the folder needs policy.bin and cost_model.bin (or "
+                          "cost_model.bin.xz), as `dr-kernel train --out FOLDER` writes them; train one there, or "
+                          "unset the variable to use the shipped agent")
+    if policy.exists() and model is not None:
         _core.load_agent(str(policy), str(model))
 
 
