@@ -1,7 +1,9 @@
 """The shipped PPO agent and `dr-kernel train`."""
 
 import json
+import lzma
 import math
+import shutil
 import subprocess
 import sys
 
@@ -148,3 +150,31 @@ def test_an_agent_trained_with_counters_has_a_cost_model_that_reads_them(tables,
         load_agent()
     assert models[False][0] == models[False][1]
     assert models[True][0] != models[False][0]
+
+
+def test_a_packed_cost_model_is_unpacked_once_into_the_cache(tmp_path, monkeypatch):
+    # The shipped agent keeps its cost model xz-compressed; an agent folder may too.
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    shutil.copy(POLICY_FILE, folder / "policy.bin")
+    shutil.copy(AGENT_DIR / "cost_model.bin.xz", folder / "cost_model.bin.xz")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    unpacked = model_file(folder)
+    assert unpacked.parent.parent == tmp_path / "cache" / "dr_kernel" and unpacked.name == "cost_model.bin"
+    assert unpacked.read_bytes() == lzma.decompress((folder / "cost_model.bin.xz").read_bytes())
+    written = unpacked.stat().st_mtime_ns
+    assert model_file(folder) == unpacked and unpacked.stat().st_mtime_ns == written  # Not unpacked again.
+    try:
+        _core.load_agent(str(folder / "policy.bin"), str(unpacked))
+        assert _core.has_agent()
+    finally:
+        load_agent()
+    # A cost_model.bin beside it is used as it is; a folder with neither has none.
+    (folder / "cost_model.bin").write_bytes(unpacked.read_bytes())
+    assert model_file(folder) == folder / "cost_model.bin"
+    assert model_file(tmp_path) is None
+    # A damaged archive is one clear error naming it and the fix.
+    (folder / "cost_model.bin").unlink()
+    (folder / "cost_model.bin.xz").write_bytes(b"not xz")
+    with pytest.raises(ValueError, match="cost_model.bin.xz: not an xz-compressed cost model.*dr-kernel train"):
+        model_file(folder)

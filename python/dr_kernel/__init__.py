@@ -59,8 +59,13 @@ def model_file(folder: Path) -> Path | None:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             # Unpacked beside, then renamed: processes that start together (workers) never read half a file.
+            try:
+                unpacked = lzma.decompress(data)
+            except lzma.LZMAError as e:
+                raise ValueError(f"{packed}: not an xz-compressed cost model ({e}); reinstall dr_kernel, or write "
+                                 "the agent again with `dr-kernel train --out FOLDER`") from None
             with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as out:
-                out.write(lzma.decompress(data))
+                out.write(unpacked)
             os.replace(out.name, target)
             return target
         except OSError:
