@@ -6,6 +6,7 @@
 #   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
+#   LIB_AGENT=benchmarks/results/h100-2026-12-05c/agent-b7655e8 LIB_AGENT_MODES=dr bash benchmarks/device_run.sh library
 #   BENCH_STOPS=auto,budget BENCH_PROBLEMS=matmul-4096,softmax-4096 bash benchmarks/device_run.sh bench
 #   BENCH_ARGS="--in-process --no-autotune" bash benchmarks/device_run.sh bench
 set -uo pipefail
@@ -67,7 +68,19 @@ for step in "$@"; do
         --out "$work/library" --modes "${LIB_MODES:-stock,dr}" ${LIB_OPS:+--ops "$LIB_OPS"} \
         --deadline "${LIB_DEADLINE:-420}" ${LIB_PROFILE:+--profile} ${LIB_WARM:+--warm} > "$work/library.log" 2>&1
       echo "library: rc $? after $(elapsed) s"; tail -25 "$work/library.log"
-      pack ;;
+      pack
+      # LIB_AGENT_MODES with LIB_AGENT=DIR (a kept agent: policy.bin, cost_model.bin[.xz]): the same ops
+      # again in these modes under that agent (DR_KERNEL_AGENT), rows appended, marked with the folder.
+      if [ -n "${LIB_AGENT:-}" ]; then
+        agent=/tmp/agent-$(basename "$LIB_AGENT"); mkdir -p "$agent"; cp "$LIB_AGENT"/policy.bin "$LIB_AGENT"/*.json "$agent"/
+        if [ -f "$LIB_AGENT/cost_model.bin.xz" ]; then xz -dc "$LIB_AGENT/cost_model.bin.xz" > "$agent/cost_model.bin"
+        else cp "$LIB_AGENT/cost_model.bin" "$agent/"; fi
+        DR_KERNEL_AGENT=$agent PYTHONPATH=python:/tmp/site timeout -k 10 "${LIB_TIMEOUT:-480}" python3 \
+          benchmarks/library_bench.py --out "$work/library" --modes "${LIB_AGENT_MODES:-dr}" ${LIB_OPS:+--ops "$LIB_OPS"} \
+          --deadline "${LIB_DEADLINE:-420}" > "$work/library-agent.log" 2>&1
+        echo "library, agent $LIB_AGENT: rc $? after $(elapsed) s"; tail -15 "$work/library-agent.log"
+        pack
+      fi ;;
     retune)  # A hot key tuned with 1 evaluation, re-tuned with 40 in a run of the program, picked up after.
       mkdir -p "$work/retune"
       DR_KERNEL_DB="$work/retune/run.db" RETUNE_FIRST_EVALS=1 RETUNE_FIRST_STRATEGY=exhaustive PYTHONFAULTHANDLER=1 timeout -s ABRT -k 10 150 python3 benchmarks/retune_gpu.py \

@@ -14,7 +14,8 @@ back. Mode `defer` is dr with install(defer=True): the first call launches each 
 config while the lists compile, and each key is tuned on a later call; after the first call the
 op's steps run (each synchronised) until no tuning is pending, and the row says how long that took
 (`settle_s`, `settle_steps`) and what those steps cost beyond as many steady ones (`pause_s`).
-Results: one JSON line per run in DIR/library_bench.jsonl, a table at the end.
+Results: one JSON line per run in DIR/library_bench.jsonl (`agent`: the DR_KERNEL_AGENT folder the
+run used, or "shipped"), a table at the end.
 """
 
 from __future__ import annotations
@@ -389,6 +390,7 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     row = {"op": op, "mode": mode, "error": f"timed out after {args.timeout:.0f} s"}
                 row["process_s"] = time.time() - t0
+                row["agent"] = os.environ.get("DR_KERNEL_AGENT") or "shipped"
             rows.append(row)
             with open(path, "a") as f:
                 f.write(json.dumps(row) + "\n")
