@@ -178,3 +178,27 @@ def test_a_packed_cost_model_is_unpacked_once_into_the_cache(tmp_path, monkeypat
     (folder / "cost_model.bin.xz").write_bytes(b"not xz")
     with pytest.raises(ValueError, match="cost_model.bin.xz: not an xz-compressed cost model.*dr-kernel train"):
         model_file(folder)
+
+
+def _worker_has_agent(_request) -> bool:
+    """A compile worker's task (imported by reference in the worker): whether it loaded the agent."""
+    return _core.has_agent()
+
+
+def test_workers_start_without_the_agent():
+    # Compile and measuring workers never ask the agent; loading its cost model would cost each of
+    # them 50-80 ms of its start. The process that tunes has it.
+    from dr_kernel import measure
+    from dr_kernel.compile_pool import _Worker
+
+    assert measure._worker_env("cuda:0")["DR_KERNEL_WORKER"] == "1"
+    assert _core.has_agent()
+    worker = _Worker(_worker_has_agent)
+    try:
+        assert worker.connection.poll(120), "the compile worker did not start"
+        assert worker.connection.recv()[0] == "ready"
+        worker.connection.send((0, None))
+        assert worker.connection.poll(60)
+        assert worker.connection.recv() == ("done", 0, False)
+    finally:
+        worker.kill()

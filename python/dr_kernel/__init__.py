@@ -91,7 +91,9 @@ def load_agent() -> None:
 def _load_shipped_agent() -> None:
     from . import _core
 
-    if not _core.has_agent():
+    # Compile and measuring workers (DR_KERNEL_WORKER, set where they start) never ask the agent:
+    # loading its cost model would cost each 50-80 ms of its start.
+    if not _core.has_agent() and os.environ.get("DR_KERNEL_WORKER") != "1":
         load_agent()
 
 

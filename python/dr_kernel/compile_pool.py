@@ -321,6 +321,7 @@ class _Worker:
             return
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env["DR_KERNEL_WORKER"] = "1"  # No agent to load (dr_kernel/__init__.py).
         # Workers compile; they never interpret. Under TRITON_INTERPRET=1 triton.language's own
         # @jit helpers are interpreter functions, and compiling a kernel that calls them fails.
         env.pop("TRITON_INTERPRET", None)

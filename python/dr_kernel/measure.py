@@ -430,6 +430,7 @@ def _worker_env(device: str) -> dict[str, str]:
     path, and the one GPU it may see."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env["DR_KERNEL_WORKER"] = "1"  # No agent to load (dr_kernel/__init__.py).
     if device.startswith("cuda:"):
         env["CUDA_VISIBLE_DEVICES"] = device.split(":")[1]
     return env
