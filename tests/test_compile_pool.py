@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +24,9 @@ def pretend_compile(request: CompileRequest) -> StaticReport:
     if "child_pid_file" in config:
         # Stands in for ptxas: a child process that outlives any sensible deadline.
         child = subprocess.Popen(["sleep", "120"])
-        Path(config["child_pid_file"]).write_text(f"{os.getpid()} {child.pid}")
+        # And leaves a temporary folder behind, as a compile killed at its deadline would.
+        scratch = tempfile.mkdtemp()
+        Path(config["child_pid_file"]).write_text(f"{os.getpid()} {child.pid} {scratch}")
     if config.get("exit"):
         os._exit(config["exit"])
     if config.get("raise"):
@@ -66,8 +69,11 @@ def test_a_stuck_task_times_out_alone_and_its_worker_and_child_are_killed(tmp_pa
         assert reports[1].reason == "compile timed out after 1.5 s"
         assert reports[1].compile_s == 1.5 and reports[1].config["sleep"] == 60
         assert [r.binary_hash for r in reports if r.valid] == ["a", "b", "c", "d"]
-        worker_pid, child_pid = map(int, pid_file.read_text().split())
+        worker_pid, child_pid, scratch = pid_file.read_text().split()
+        worker_pid, child_pid = int(worker_pid), int(child_pid)
         assert process_is_gone(worker_pid)
+        # Its temporary files were in a folder of its own, removed with it.
+        assert Path(scratch).parent.name.startswith("dr_kernel_worker_") and not Path(scratch).parent.exists()
         # The worker was waited for; its child dies of the same signal, but asynchronously.
         deadline = time.monotonic() + 10
         while not process_is_gone(child_pid) and time.monotonic() < deadline:
@@ -77,6 +83,10 @@ def test_a_stuck_task_times_out_alone_and_its_worker_and_child_are_killed(tmp_pa
         again = pool.map([request(sleep=0.0, hash="e")] * 3)
         assert all(r.valid for r in again)
         assert worker_pid not in {r.n_regs for r in again}
+        folders = [Path(worker.scratch) for worker in pool._pool]
+        assert folders and all(f.is_dir() for f in folders)
+    # Closing the pool removes its workers' folders too.
+    assert not any(f.exists() for f in folders)
 
 
 def test_a_request_may_have_a_shorter_deadline_than_the_pool():

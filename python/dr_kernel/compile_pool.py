@@ -26,10 +26,12 @@ import inspect
 import multiprocessing.connection
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -230,7 +232,7 @@ class _Forked:
             os.kill(self.pid, signal.SIGKILL)
 
 
-def _fork(child: socket.socket, task: Callable[[Any], Any]) -> _Forked:
+def _fork(child: socket.socket, task: Callable[[Any], Any], scratch: str) -> _Forked:
     """Starts a worker as a fork of this process: it has every module the caller imported (Triton,
     torch, the library whose kernels it compiles), so it is ready in milliseconds where a fresh
     interpreter takes seconds. The child only compiles: it never touches the GPU (a CUDA context
@@ -242,6 +244,7 @@ def _fork(child: socket.socket, task: Callable[[Any], Any]) -> _Forked:
     code = 0
     try:
         os.setsid()  # As start_new_session: the parent kills the worker and its ptxas together.
+        os.environ["TMPDIR"] = tempfile.tempdir = scratch  # See _Worker.scratch.
         _worker_main(multiprocessing.connection.Connection(child.detach()), task)
     except BaseException:  # noqa: BLE001 -- the parent sees the worker die and reports it.
         code = 1
@@ -314,14 +317,19 @@ class _Worker:
         self._init_state()
 
     def _start(self, task: Callable[[Any], Any], fork: bool) -> None:
+        # The worker's temporary files (Triton's and ptxas's, the analyser's cubins) go to a folder
+        # of its own, which the parent removes when the worker ends: a worker killed at a compile
+        # deadline cannot clean up after itself.
+        self.scratch = tempfile.mkdtemp(prefix="dr_kernel_worker_")
         parent, child = socket.socketpair()
         if fork:
-            self.process = _fork(child, task)
+            self.process = _fork(child, task, self.scratch)
             self.connection = multiprocessing.connection.Connection(parent.detach())
             return
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env["DR_KERNEL_WORKER"] = "1"  # No agent to load (dr_kernel/__init__.py).
+        env["TMPDIR"] = self.scratch
         # Workers compile; they never interpret. Under TRITON_INTERPRET=1 triton.language's own
         # @jit helpers are interpreter functions, and compiling a kernel that calls them fails.
         env.pop("TRITON_INTERPRET", None)
@@ -361,6 +369,7 @@ class _Worker:
                 self.process.kill()
         self.exitcode(10)
         self.connection.close()
+        self._remove_scratch()
 
     def stop(self) -> None:
         try:
@@ -371,6 +380,10 @@ class _Worker:
             self.kill()
         else:
             self.connection.close()
+            self._remove_scratch()
+
+    def _remove_scratch(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 class RequestQueue:
