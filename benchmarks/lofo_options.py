@@ -42,6 +42,8 @@ def main() -> None:
     parser.add_argument("--counters", action="store_true",
                         help="agents whose cost model describes each problem by its probe's hardware counters "
                              "(the held-out problem's too, as a session that profiled its probe first)")
+    parser.add_argument("--train-alike", type=float, default=-1.0,
+                        help="the width of ppo's `alike` in the agents' simulated training (default: the recipe's)")
     parser.add_argument("options", nargs="*", help="NAME=VALUE options of the strategy")
     args = parser.parse_args()
     options = {k: float(v) for k, v in (o.split("=", 1) for o in args.options)}
@@ -55,11 +57,11 @@ def main() -> None:
     if args.holdout == "family":
         groups = [([t for t in tables if t.problem["family"] == family and chosen(t)],
                    lambda family=family: use_agent_without(family, tables, args.agents, seed=args.seed,
-                                                                counters=args.counters))
+                                                                counters=args.counters, alike=args.train_alike))
                   for family in dict.fromkeys(t.problem["family"] for t in tables)]
     else:
         groups = [([t], lambda i=i: use_agent_without_problem(i, tables, args.agents, seed=args.seed,
-                                                                  counters=args.counters))
+                                                                  counters=args.counters, alike=args.train_alike))
                   for i, t in enumerate(tables) if chosen(t)]
     medians, started = {}, time.time()
 

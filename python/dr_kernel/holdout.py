@@ -40,7 +40,7 @@ def shipped_agent_trained_on() -> set[str] | None:
 
 def use_agent_without(family: str, training: Sequence[Any], folder: Path, ppo_steps: int = PPO_STEPS,
                       bc_episodes: int = BC_EPISODES, synthetic: int = SYNTHETIC, seed: int = 0,
-                      counters: bool = False) -> None:
+                      counters: bool = False, alike: float = -1.0) -> None:
     """Makes the agent trained with the shipped recipe on `training` less `family`'s tables the
     one the ppo strategy uses: loaded from `folder` when an earlier call saved it there
     (FAMILY.policy.bin, FAMILY.model.bin), else trained and saved. Benchmarks that replay the
@@ -49,24 +49,26 @@ def use_agent_without(family: str, training: Sequence[Any], folder: Path, ppo_st
     if not others:
         raise ValueError(f"--holdout family: every training table is of family {family!r}, so an agent that has "
                          "not seen it has nothing to learn from; give tables of other families too")
-    _use_agent(family, others, folder, ppo_steps, bc_episodes, synthetic, seed, counters)
+    _use_agent(family, others, folder, ppo_steps, bc_episodes, synthetic, seed, counters, alike)
 
 
 def use_agent_without_problem(index: int, training: Sequence[Any], folder: Path, ppo_steps: int = PPO_STEPS,
                               bc_episodes: int = BC_EPISODES, synthetic: int = SYNTHETIC, seed: int = 0,
-                              counters: bool = False) -> None:
+                              counters: bool = False, alike: float = -1.0) -> None:
     """Leave-one-problem-out's use_agent_without: the agent trained on every table of `training`
     but the index-th, loaded from `folder` (problemINDEX.policy.bin, problemINDEX.model.bin) or
     trained and saved there."""
     others = [t for j, t in enumerate(training) if j != index]
-    _use_agent(f"problem{index}", others, folder, ppo_steps, bc_episodes, synthetic, seed, counters)
+    _use_agent(f"problem{index}", others, folder, ppo_steps, bc_episodes, synthetic, seed, counters, alike)
 
 
 def _use_agent(name: str, tables: Sequence[Any], folder: Path, ppo_steps: int, bc_episodes: int, synthetic: int,
-               seed: int, counters: bool = False) -> None:
+               seed: int, counters: bool = False, alike: float = -1.0) -> None:
     """The agent NAME.policy.bin and NAME.model.bin in `folder` becomes the ppo strategy's: loaded
     when there, else trained on `tables` and saved (training makes it the strategy's too). With
-    `counters`, its cost model describes problems by their probe's hardware counters."""
+    `counters`, its cost model describes problems by their probe's hardware counters; with `alike`
+    >= 0, its practice walks correct their beliefs with that width of ppo's `alike` (the recipe
+    leaves it off). The folder does not record either: give each setting a folder of its own."""
     from . import _core
 
     policy, model = Path(folder) / f"{name}.policy.bin", Path(folder) / f"{name}.model.bin"
@@ -74,7 +76,8 @@ def _use_agent(name: str, tables: Sequence[Any], folder: Path, ppo_steps: int, b
         _core.load_agent(str(policy), str(model))
         return
     Path(folder).mkdir(parents=True, exist_ok=True)
-    _core.train_agent(tables, ppo_steps, bc_episodes, synthetic, seed, str(policy), str(model), counters=counters)
+    _core.train_agent(tables, ppo_steps, bc_episodes, synthetic, seed, str(policy), str(model), counters=counters,
+                      alike=alike)
 
 
 class MergedReport:

@@ -39,6 +39,7 @@ std::vector<double> TuningEpisodeEnv::Reset(uint64_t seed) {
   budget_ = options_.min_budget + static_cast<int64_t>(rng.Below(options_.max_budget - options_.min_budget + 1));
   walk_ = std::make_unique<Walk>(*task_->space, *task_->prior, task_->problem_features, budget_, options_.rewards,
                                        rng.Next());
+  walk_->SetAlikeWidth(options_.alike_width);
   steps_ = 0;
   best_ms_ = kInf;
   best_after_eval_.clear();

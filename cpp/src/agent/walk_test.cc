@@ -359,6 +359,40 @@ TEST(WalkAlikeTest, AMeasurementCorrectsConfigsThatUseTheMachineAlikeWhateverThe
   EXPECT_NEAR(shift[3], shift[1], 1e-9);
 }
 
+// Simulated training's practice walks take EpisodeOptions::alike_width (off by default): with it,
+// what the policy observes after a measurement carries to configs that use the machine alike, as in
+// a session with ppo's `alike`.
+TEST(WalkAlikeTest, PracticeWalksCorrectTheirBeliefsWithTheWidthTheyAreGiven) {
+  const Truth t = LoadTruth("attention_2x16x2048x128_causal_fp16.jsonl", 0);
+  CostModelOptions options;
+  options.ensemble_size = 2;
+  options.time_trees.num_trees = 10;
+  options.failure_trees.num_trees = 5;
+  CostModel model(options);
+  model.Add(ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/softmax_2048x16384_fp16.jsonl"})[0]);
+  model.Fit();
+  auto tasks = std::make_shared<std::vector<Task>>();
+  tasks->push_back(Task::FromTable(t.table, PriorFromModel(&model, t.table.problem, t.space), {}));
+  std::vector<std::vector<double>> beliefs;  // Of every config, after the first measurement.
+  for (double width : {0.0, 0.0, 0.5}) {
+    EpisodeOptions episodes;
+    episodes.alike_width = width;
+    TuningEpisodeEnv env(tasks, episodes);
+    env.Reset(7);
+    env.Step(kJump);
+    ASSERT_EQ(env.walk().evals(), 1);
+    beliefs.emplace_back();
+    t.space.ForEach([&](const Config& c) {
+      beliefs.back().push_back(env.walk().Predict(c));
+      return true;
+    });
+  }
+  EXPECT_EQ(beliefs[0], beliefs[1]);
+  double moved = 0;
+  for (size_t i = 0; i < beliefs[0].size(); ++i) moved = std::max(moved, std::abs(beliefs[2][i] - beliefs[0][i]));
+  EXPECT_GT(moved, 0.05);
+}
+
 TEST(WalkBeliefTest, FailuresMakeTheirNeighboursLikelyToFail) {
   const Truth& t = Softmax();
   Prior prior = PriorOf(t, 1, 0.05, 3);

@@ -35,6 +35,10 @@ struct EpisodeOptions {
   int min_budget = 20;   // Measurements per episode, drawn uniformly from [min, max].
   int max_budget = 60;
   RewardConfig rewards;
+  // Walk::SetAlikeWidth of the practice walks (0: off). A session's walk corrects its beliefs with
+  // it (the ppo option `alike`); practising with the same width shows the policy the beliefs it
+  // will act on.
+  double alike_width = 0;
 };
 
 class TuningEpisodeEnv : public rl::EpisodeEnv {
