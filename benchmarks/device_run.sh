@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   LIB_AGENT=benchmarks/results/h100-2026-12-05c/agent-b7655e8 LIB_AGENT_MODES=dr bash benchmarks/device_run.sh library
@@ -195,6 +195,14 @@ for step in "$@"; do
       # their best"), again with the project's timer; their rows then replace those of matmul.jsonl.
       matmul_sweep matmul_1024x1024x1024_fp16 M=1024,N=1024,K=1024 fp16 130
       matmul_sweep matmul_16x4096x4096_fp16 M=16,N=4096,K=4096 fp16 130 ;;
+    sweeps-other-gpu)  # Problems the H200 tables hold, recorded on the GPU lent (an H100 lately): what a prior
+      # learned on one GPU is worth on another (benchmarks/agent.md, "Tables from another GPU").
+      sweep attention_2x16x2048x128_causal_fp16 attention Z=2,H=16,N_CTX=2048,HEAD_DIM=128,CAUSAL=true fp16 90
+      sweep attention_8x16x1024x64_bf16 attention Z=8,H=16,N_CTX=1024,HEAD_DIM=64,CAUSAL=false bf16 80
+      sweep softmax_4096x4096_bf16 softmax rows=4096,cols=4096 bf16 60
+      sweep softmax_512x32000_fp16 softmax rows=512,cols=32000 fp16 80
+      sweep rmsnorm_4096x4096_fp16 rmsnorm rows=4096,cols=4096 fp16 60
+      sweep rmsnorm_16384x8192_bf16 rmsnorm rows=16384,cols=8192 bf16 60 ;;
     sweeps-b)
       sweep attention_2x16x2048x128_causal_fp16 attention Z=2,H=16,N_CTX=2048,HEAD_DIM=128,CAUSAL=true fp16 70
       sweep attention_1x32x16384x64_fp16 attention Z=1,H=32,N_CTX=16384,HEAD_DIM=64,CAUSAL=false fp16 70
