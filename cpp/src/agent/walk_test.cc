@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -315,20 +316,27 @@ TEST(WalkBeliefTest, ATrendTheMeasurementsShowCorrectsFarFromThem) {
   EXPECT_GT(Spearman(believed, truth), Spearman(prior_log, truth) + 0.1);
 }
 
+// A small cost model fitted on the recorded softmax only: to it, an attention kernel is a family it
+// has never seen, whose configs the feature table estimates.
+std::unique_ptr<CostModel> SoftmaxOnlyModel() {
+  CostModelOptions options;
+  options.ensemble_size = 2;
+  options.time_trees.num_trees = 10;
+  options.failure_trees.num_trees = 5;
+  auto model = std::make_unique<CostModel>(options);
+  model->Add(ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/softmax_2048x16384_fp16.jsonl"})[0]);
+  model->Fit();
+  return model;
+}
+
 TEST(WalkAlikeTest, AMeasurementCorrectsConfigsThatUseTheMachineAlikeWhateverTheirParameters) {
   // The causal attention 2×16×2048×128, whose best config (64×64, 4 warps, 3 stages) lies two
   // parameters away from the 128×64, 8-warp configs a prior of another family's model prefers: the
   // feature table estimates both with as many registers per thread (as many rows per warp), and
   // with alike on, a measurement of one corrects the belief of the other.
   const Truth t = LoadTruth("attention_2x16x2048x128_causal_fp16.jsonl", 0);
-  CostModelOptions options;
-  options.ensemble_size = 2;
-  options.time_trees.num_trees = 10;
-  options.failure_trees.num_trees = 5;
-  CostModel model(options);
-  model.Add(ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/softmax_2048x16384_fp16.jsonl"})[0]);
-  model.Fit();
-  const Prior prior = PriorFromModel(&model, t.table.problem, t.space);
+  const auto model = SoftmaxOnlyModel();
+  const Prior prior = PriorFromModel(model.get(), t.table.problem, t.space);
   auto config = [&](int64_t m, int64_t n, int64_t warps, int64_t stages) {
     return *t.space.Find({{"BLOCK_M", m}, {"BLOCK_N", n}, {"num_warps", warps}, {"num_stages", stages}});
   };
@@ -364,15 +372,9 @@ TEST(WalkAlikeTest, AMeasurementCorrectsConfigsThatUseTheMachineAlikeWhateverThe
 // a session with ppo's `alike`.
 TEST(WalkAlikeTest, PracticeWalksCorrectTheirBeliefsWithTheWidthTheyAreGiven) {
   const Truth t = LoadTruth("attention_2x16x2048x128_causal_fp16.jsonl", 0);
-  CostModelOptions options;
-  options.ensemble_size = 2;
-  options.time_trees.num_trees = 10;
-  options.failure_trees.num_trees = 5;
-  CostModel model(options);
-  model.Add(ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/softmax_2048x16384_fp16.jsonl"})[0]);
-  model.Fit();
+  const auto model = SoftmaxOnlyModel();
   auto tasks = std::make_shared<std::vector<Task>>();
-  tasks->push_back(Task::FromTable(t.table, PriorFromModel(&model, t.table.problem, t.space), {}));
+  tasks->push_back(Task::FromTable(t.table, PriorFromModel(model.get(), t.table.problem, t.space), {}));
   std::vector<std::vector<double>> beliefs;  // Of every config, after the first measurement.
   for (double width : {0.0, 0.0, 0.5}) {
     EpisodeOptions episodes;
