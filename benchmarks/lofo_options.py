@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--counters", action="store_true",
                         help="agents whose cost model describes each problem by its probe's hardware counters "
                              "(the held-out problem's too, as a session that profiled its probe first)")
-    parser.add_argument("--train-alike", type=float, default=-1.0,
+    parser.add_argument("--train-alike", type=float,
                         help="the width of ppo's `alike` in the agents' simulated training (default: the recipe's)")
     parser.add_argument("options", nargs="*", help="NAME=VALUE options of the strategy")
     args = parser.parse_args()

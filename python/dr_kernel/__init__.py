@@ -53,17 +53,18 @@ def model_file(folder: Path) -> Path | None:
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     roots = [cache / "dr_kernel", Path(tempfile.gettempdir())]
     for root in roots:
+        if (root / name / MODEL_FILE.name).is_file():
+            return root / name / MODEL_FILE.name
+    try:
+        unpacked = lzma.decompress(data)
+    except lzma.LZMAError as e:
+        raise ValueError(f"{packed}: not an xz-compressed cost model ({e}); reinstall dr_kernel, or write "
+                         "the agent again with `dr-kernel train --out FOLDER`") from None
+    for root in roots:
         target = root / name / MODEL_FILE.name
-        if target.is_file():
-            return target
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             # Unpacked beside, then renamed: processes that start together (workers) never read half a file.
-            try:
-                unpacked = lzma.decompress(data)
-            except lzma.LZMAError as e:
-                raise ValueError(f"{packed}: not an xz-compressed cost model ({e}); reinstall dr_kernel, or write "
-                                 "the agent again with `dr-kernel train --out FOLDER`") from None
             with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as out:
                 out.write(unpacked)
             os.replace(out.name, target)

@@ -336,10 +336,10 @@ NB_MODULE(_core, m) {
   }, nb::arg("problem"), nb::arg("space"), nb::arg("n") = 1);
   m.def("train_agent", [](const std::vector<ProblemTable>& tables, int64_t ppo_steps, int bc_episodes,
                           int synthetic_tasks, uint64_t seed, const std::string& policy_path,
-                          const std::string& model_path, nb::object on_update, bool counters, double alike) {
+                          const std::string& model_path, nb::object on_update, bool counters, std::optional<double> alike) {
         agent::TrainOptions options;
         options.model.use_counters = counters;
-        if (alike >= 0) options.pretrain.episodes.alike_width = alike;
+        if (alike) options.pretrain.episodes.alike_width = *alike;
         options.pretrain.ppo_steps = ppo_steps;
         options.pretrain.bc_episodes = bc_episodes;
         options.synthetic_tasks = synthetic_tasks;
@@ -368,7 +368,7 @@ NB_MODULE(_core, m) {
         return out;
       }, nb::arg("tables"), nb::arg("ppo_steps"), nb::arg("bc_episodes"), nb::arg("synthetic_tasks"), nb::arg("seed"),
       nb::arg("policy_path"), nb::arg("model_path"), nb::arg("on_update") = nb::none(), nb::arg("counters") = false,
-      nb::arg("alike") = -1.0);
+      nb::arg("alike") = nb::none());
 
   m.def("strategies", [] {
     nb::list out;

@@ -40,7 +40,7 @@ def shipped_agent_trained_on() -> set[str] | None:
 
 def use_agent_without(family: str, training: Sequence[Any], folder: Path, ppo_steps: int = PPO_STEPS,
                       bc_episodes: int = BC_EPISODES, synthetic: int = SYNTHETIC, seed: int = 0,
-                      counters: bool = False, alike: float = -1.0) -> None:
+                      counters: bool = False, alike: float | None = None) -> None:
     """Makes the agent trained with the shipped recipe on `training` less `family`'s tables the
     one the ppo strategy uses: loaded from `folder` when an earlier call saved it there
     (FAMILY.policy.bin, FAMILY.model.bin), else trained and saved. Benchmarks that replay the
@@ -54,7 +54,7 @@ def use_agent_without(family: str, training: Sequence[Any], folder: Path, ppo_st
 
 def use_agent_without_problem(index: int, training: Sequence[Any], folder: Path, ppo_steps: int = PPO_STEPS,
                               bc_episodes: int = BC_EPISODES, synthetic: int = SYNTHETIC, seed: int = 0,
-                              counters: bool = False, alike: float = -1.0) -> None:
+                              counters: bool = False, alike: float | None = None) -> None:
     """Leave-one-problem-out's use_agent_without: the agent trained on every table of `training`
     but the index-th, loaded from `folder` (problemINDEX.policy.bin, problemINDEX.model.bin) or
     trained and saved there."""
@@ -63,11 +63,11 @@ def use_agent_without_problem(index: int, training: Sequence[Any], folder: Path,
 
 
 def _use_agent(name: str, tables: Sequence[Any], folder: Path, ppo_steps: int, bc_episodes: int, synthetic: int,
-               seed: int, counters: bool = False, alike: float = -1.0) -> None:
+               seed: int, counters: bool = False, alike: float | None = None) -> None:
     """The agent NAME.policy.bin and NAME.model.bin in `folder` becomes the ppo strategy's: loaded
     when there, else trained on `tables` and saved (training makes it the strategy's too). With
     `counters`, its cost model describes problems by their probe's hardware counters; with `alike`
-    >= 0, its practice walks correct their beliefs with that width of ppo's `alike` (the recipe
+    (not None), its practice walks correct their beliefs with that width of ppo's `alike` (the recipe
     leaves it off). The folder does not record either: give each setting a folder of its own."""
     from . import _core
 
