@@ -8,7 +8,7 @@ import json
 
 import pytest
 from dr_kernel import cli
-from dr_kernel.analysis import A100, B200, H200, KNOWN_DEVICES, L40S, analyse, named_limits, occupancy
+from dr_kernel.analysis import A100, B200, H100, H100_PCIE, H200, KNOWN_DEVICES, L40S, analyse, named_limits, occupancy
 from dr_kernel.kernels import BUILTINS
 
 MATMUL = {"M": 4096, "N": 4096, "K": 4096}
@@ -21,11 +21,12 @@ def test_named_limits_take_the_model_or_the_architecture_and_refuse_an_unknown_n
     from triton.backends.compiler import GPUTarget
 
     for names, limits, arch in ((("a100", "sm_80", "SM80", "sm-80"), A100, 80), (("l40s", "sm_89"), L40S, 89),
-                                (("h200", "sm_90"), H200, 90), (("B200", "sm_100", "sm100"), B200, 100)):
+                                (("h200", "sm_90"), H200, 90), (("B200", "sm_100", "sm100"), B200, 100),
+                                (("h100", "H100"), H100, 90), (("h100-pcie", "H100_PCIE"), H100_PCIE, 90)):
         for name in names:
             assert named_limits(name) is limits, name
         assert limits.target() == GPUTarget("cuda", arch, 32)
-    assert set(KNOWN_DEVICES.values()) == {A100, L40S, H200, B200}
+    assert set(KNOWN_DEVICES.values()) == {A100, L40S, H200, H100, H100_PCIE, B200}
     with pytest.raises(ValueError, match=r"no limits are known for the device 'v100'; use one of h200, .*sm_100\."):
         named_limits("v100")
 
@@ -105,8 +106,8 @@ def test_evaluate_analyses_for_the_named_device(capsys):
     assert result["roofline_ms"] == pytest.approx(result["flops"] / 4500e12 * 1e3)
     assert cli.main([*argv, "--device", "pascal"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "dr-kernel evaluate: --device: no limits are known for the device 'pascal'; use one of h200, sm_90, a100, "
-        "sm_80, l40s, sm_89, b200, sm_100.")
+        "dr-kernel evaluate: --device: no limits are known for the device 'pascal'; use one of h200, sm_90, h100, "
+        "h100_pcie, a100, sm_80, l40s, sm_89, b200, sm_100.")
 
 
 def test_each_target_holds_its_memory_and_evaluate_refuses_a_problem_too_large_for_it(capsys, monkeypatch):
@@ -146,4 +147,9 @@ def test_each_target_holds_its_memory_and_evaluate_refuses_a_problem_too_large_f
         monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _d, given=given: given)
         limits = device_limits(0)
         assert limits.memory_bytes == memory and limits.name == name.removesuffix(" NVL")
-    assert limits.arch == 90 and limits.peak_gbps == 0  # The H100: its own figures, peaks unknown.
+    # The H100 is a model this project knows: its data sheet's HBM3 bandwidth and the H200's compute.
+    assert (limits.arch, limits.peak_gbps, limits.peak_tflops("fp16", True)) == (90, 3350.0, 989.0)
+    given = props("NVIDIA GH100 engineering sample", 9, 0, 80 * 10**9)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _d: given)
+    limits = device_limits(0)  # A GPU no table knows: its own figures, peaks unknown.
+    assert (limits.name, limits.arch, limits.peak_gbps, limits.memory_bytes) == (given.name, 90, 0, 80 * 10**9)

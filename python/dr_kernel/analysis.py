@@ -170,10 +170,17 @@ H200 = DeviceLimits()
 # Specifications per Compute Capability") and the SM counts and peaks of NVIDIA's data sheets
 # (dense tensor-core rates, i.e. without 2:4 sparsity). Every one of them reserves 1 KB of shared
 # memory per block, as sm_90 does. Their memory is nvidia-smi's memory.total for each model as
-# published by its users (A100-SXM4-80GB 81920 MiB, L40S 46068 MiB, B200 183359 MiB; the data
-# sheets say 80, 48 and 180 GB; none was read here): a little more than a program can allocate
-# (on the H200 torch's total is 143156 MiB of nvidia-smi's 143771), so a problem refused for one
-# of them cannot fit, and one just below may not either.
+# published by its users (A100-SXM4-80GB 81920 MiB, L40S 46068 MiB, B200 183359 MiB, H100 80GB HBM3
+# and PCIe 81559 MiB; the data sheets say 80, 48, 180 and 80 GB; none was read here): a little more
+# than a program can allocate (on the H200 torch's total is 143156 MiB of nvidia-smi's 143771), so
+# a problem refused for one of them cannot fit, and one just below may not either.
+# The H100 is the H200's chip with HBM3 (SXM5: the same SMs, clocks and limits) or, as a PCIe card,
+# with 114 SMs at lower clocks.
+H100 = DeviceLimits(name="NVIDIA H100 80GB HBM3", peak_gbps=3350.0, memory_bytes=81559 * 2**20)
+H100_PCIE = DeviceLimits(
+    name="NVIDIA H100 PCIe", sm_count=114,
+    peak_tflops_fp16=756.0, peak_tflops_bf16=756.0, peak_tflops_tf32=378.0, peak_tflops_fp32=51.2,
+    peak_tflops_fp8=1513.0, peak_gbps=2000.0, memory_bytes=81559 * 2**20)
 A100 = DeviceLimits(
     name="NVIDIA A100-SXM4-80GB", arch=80, sm_count=108,
     # 164 KB per SM; a block may opt in to 163 KB of it.
@@ -199,14 +206,15 @@ B200 = DeviceLimits(
 
 # The devices `named_limits` knows, by the names a user types: the model and its architecture.
 KNOWN_DEVICES: dict[str, DeviceLimits] = {
-    "h200": H200, "sm_90": H200, "a100": A100, "sm_80": A100, "l40s": L40S, "sm_89": L40S,
-    "b200": B200, "sm_100": B200,
+    "h200": H200, "sm_90": H200, "h100": H100, "h100_pcie": H100_PCIE, "a100": A100, "sm_80": A100,
+    "l40s": L40S, "sm_89": L40S, "b200": B200, "sm_100": B200,
 }
 
 
 def named_limits(name: str) -> DeviceLimits:
     """Returns the limits of a GPU this machine need not have, by model or architecture name
-    (h200, a100, l40s, b200, or sm_90, sm_80, sm_89, sm_100; case and "sm"/"sm_" do not matter)."""
+    (h200, h100, h100-pcie, a100, l40s, b200, or sm_90, sm_80, sm_89, sm_100; case and "sm"/"sm_" do
+    not matter; sm_90 is the H200)."""
     key = name.strip().lower().replace("-", "_")
     if key.startswith("sm") and not key.startswith("sm_"):
         key = "sm_" + key[2:]
@@ -219,10 +227,11 @@ def named_limits(name: str) -> DeviceLimits:
 def device_limits(device: Any = 0) -> DeviceLimits:
     """Returns the limits of a visible CUDA device, read through torch where torch exposes them.
 
-    An H200 (or any device whose name contains "H200") gets the H200 constants; an A100-SXM4-80GB,
-    L40S or B200 gets that model's constants (peaks included) under its own name. Other devices
-    get their own compute capability, SM count, shared memory, registers and threads; what torch
-    does not report keeps the sm_90 value, and the peak figures are 0 (unknown) because no API tells them.
+    An H200 (or any device whose name contains "H200") gets the H200 constants; an H100 (80GB HBM3
+    or PCIe), A100-SXM4-80GB, L40S or B200 gets that model's constants (peaks included) under its
+    own name. Other devices get their own compute capability, SM count, shared memory, registers
+    and threads; what torch does not report keeps the sm_90 value, and the peak figures are 0
+    (unknown) because no API tells them.
     Every device's memory is its own total_memory.
     """
     import torch
@@ -232,7 +241,7 @@ def device_limits(device: Any = 0) -> DeviceLimits:
     if "H200" in props.name:
         return H200 if memory in (0, H200.memory_bytes) else replace(H200, memory_bytes=memory)
     arch = props.major * 10 + props.minor
-    for limits in (A100, L40S, B200):
+    for limits in (H100, H100_PCIE, A100, L40S, B200):
         # Other variants of a model (an A100 with 40 GB, a PCIe card) differ in bandwidth or clocks.
         if limits.name.removeprefix("NVIDIA ") in props.name and arch == limits.arch:
             return replace(limits, name=props.name, sm_count=props.multi_processor_count,

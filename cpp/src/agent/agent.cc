@@ -36,7 +36,7 @@ namespace {
 
 // The hardware estimates of every config of the space, from the model's family knowledge.
 void FillEstimates(const CostModel& model, const Problem& problem, const Space& space, Prior* prior) {
-  const DeviceDescription& device = model.features().device();
+  const DeviceDescription& device = model.features().DeviceOf(problem);
   prior->estimates.assign(space.product_size(), ConfigEstimate{});
   space.ForEach([&](const Config& c) {
     const NamedValues named = space.Named(c);

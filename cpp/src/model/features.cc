@@ -5,6 +5,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <stdexcept>
+#include <utility>
 
 namespace dr_kernel {
 
@@ -324,56 +325,126 @@ const FamilyModel* FindFamily(const std::string& family) {
 
 }  // namespace
 
+const DeviceDescription* KnownDevice(const std::string& name) {
+  // Each entry starts from the H200 (the defaults) and changes what differs. Special-function and
+  // L2 rates scale with SMs x boost clock (the H200: 132 x 1.98 GHz).
+  static const std::vector<std::pair<std::string, DeviceDescription>> known = [] {
+    auto scaled = [](DeviceDescription d, double ghz) {
+      const double ratio = d.sm_count * ghz / (132 * 1.98);
+      d.sfu_tops *= ratio;
+      d.l2_tb_per_s *= ratio;
+      return d;
+    };
+    DeviceDescription h200;
+    DeviceDescription h100 = h200;  // SXM5: the same SMs and clocks, HBM3 at 3.35 TB/s.
+    h100.name = "NVIDIA H100";
+    h100.dram_tb_per_s = 3.35;
+    DeviceDescription h100_pcie = h100;
+    h100_pcie.name = "NVIDIA H100 PCIe";
+    h100_pcie.sm_count = 114;
+    h100_pcie.peak_tflops = 756;
+    h100_pcie.dram_tb_per_s = 2.0;
+    h100_pcie.fp32_tflops = 51;
+    h100_pcie = scaled(h100_pcie, 1.755);
+    DeviceDescription a100 = h200;  // SXM4 80 GB; no warp-group MMA, 164 KB of shared memory an SM.
+    a100.name = "NVIDIA A100";
+    a100.sm_count = 108;
+    a100.smem_per_block = 166912;
+    a100.smem_per_sm = 167936;
+    a100.has_warpgroup_mma = false;
+    a100.mma_sync_fraction = 1.0;  // mma.sync is the A100's full tensor-core rate.
+    a100.peak_tflops = 312;
+    a100.dram_tb_per_s = 2.039;
+    a100.fp32_tflops = 19.5;
+    a100 = scaled(a100, 1.41);
+    DeviceDescription l40s = h200;  // Ada: 100 KB of shared memory, 1536 threads and 24 blocks an SM.
+    l40s.name = "NVIDIA L40S";
+    l40s.sm_count = 142;
+    l40s.smem_per_block = 101376;
+    l40s.smem_per_sm = 102400;
+    l40s.max_threads_per_sm = 1536;
+    l40s.max_blocks_per_sm = 24;
+    l40s.has_warpgroup_mma = false;
+    l40s.mma_sync_fraction = 1.0;
+    l40s.peak_tflops = 362;
+    l40s.dram_tb_per_s = 0.864;
+    l40s.fp32_tflops = 91.6;
+    l40s = scaled(l40s, 2.52);
+    // Blackwell's tensor-core MMA is asynchronous like Hopper's, its pipelines as deep.
+    DeviceDescription b200 = h200;
+    b200.name = "NVIDIA B200";
+    b200.sm_count = 148;
+    b200.peak_tflops = 2250;
+    b200.dram_tb_per_s = 8.0;
+    b200.fp32_tflops = 75;
+    b200 = scaled(b200, 1.965);
+    // Matched in this order by the text torch's device name contains.
+    return std::vector<std::pair<std::string, DeviceDescription>>{
+        {"H200", h200}, {"H100 PCIe", h100_pcie}, {"H100", h100}, {"A100", a100}, {"L40S", l40s}, {"B200", b200}};
+  }();
+  for (const auto& [text, device] : known)
+    if (name.find(text) != std::string::npos) return &device;
+  return nullptr;
+}
+
+const DeviceDescription& FeatureExtractor::DeviceOf(const Problem& problem) const {
+  if (problem.device.empty()) return device_;
+  const DeviceDescription* known = KnownDevice(problem.device);
+  if (!known || known == KnownDevice(device_.name)) return device_;
+  return *known;
+}
+
 double DeviceDescription::RooflineMs(double flops, double bytes) const {
   const double compute_ms = flops / (peak_tflops * 1e9);
   const double memory_ms = bytes / (dram_tb_per_s * 1e9);
   return std::max(compute_ms, memory_ms) + launch_overhead_ms;
 }
 
-double FeatureExtractor::AnalyticMs(const KernelEstimate& e, double num_warps) const {
+double FeatureExtractor::AnalyticMs(const KernelEstimate& e, double num_warps,
+                                    const DeviceDescription& device) const {
   if (!e.known) return kNaN;
-  const double sms = device_.sm_count;
+  const double sms = device.sm_count;
   // Resident programs per SM by shared memory, threads and (estimated) registers.
-  double resident = std::floor(device_.max_threads_per_sm / (32 * num_warps));
-  if (e.smem_bytes > 0) resident = std::min(resident, std::floor(device_.smem_per_sm / e.smem_bytes));
-  const double regs = std::min<double>(e.regs_per_thread, device_.max_regs_per_thread);
+  double resident = std::floor(device.max_threads_per_sm / (32 * num_warps));
+  if (e.smem_bytes > 0) resident = std::min(resident, std::floor(device.smem_per_sm / e.smem_bytes));
+  const double regs = std::min<double>(e.regs_per_thread, device.max_regs_per_thread);
   if (regs > 0 && !e.tensor_cores)
-    resident = std::min(resident, std::floor(device_.regs_per_sm / (regs * 32 * num_warps)));
-  resident = std::clamp(resident, 1.0, static_cast<double>(device_.max_blocks_per_sm));
+    resident = std::min(resident, std::floor(device.regs_per_sm / (regs * 32 * num_warps)));
+  resident = std::clamp(resident, 1.0, static_cast<double>(device.max_blocks_per_sm));
   // Compute: the busiest SM runs ceil(P / SMs) programs at its share of the peak rates. Tensor
   // cores run at full rate from one warp group; CUDA cores and SFUs need many resident warps.
   const double per_sm = std::ceil(e.programs / sms);
-  const double occupancy = std::min(1.0, resident * num_warps / device_.warps_to_saturate);
+  const double occupancy = std::min(1.0, resident * num_warps / device.warps_to_saturate);
   double compute_ms;
   if (e.tensor_cores) {
-    const double rate = device_.peak_tflops * (e.warpgroup_mma ? 1.0 : device_.mma_sync_fraction) * 1e9 / sms;
+    const double rate = device.peak_tflops * (e.warpgroup_mma ? 1.0 : device.mma_sync_fraction) * 1e9 / sms;
     compute_ms = per_sm * e.tile_flops / rate;
   } else {
-    compute_ms = per_sm * e.tile_flops / (device_.fp32_tflops * 1e9 / sms * occupancy);
+    compute_ms = per_sm * e.tile_flops / (device.fp32_tflops * 1e9 / sms * occupancy);
   }
   const double sfu_ms =
-      per_sm * e.tile_sfu_ops / (device_.sfu_tops * 1e9 / sms * (e.tensor_cores ? 1.0 : occupancy));
+      per_sm * e.tile_sfu_ops / (device.sfu_tops * 1e9 / sms * (e.tensor_cores ? 1.0 : occupancy));
   compute_ms = e.tensor_cores ? std::max(compute_ms, sfu_ms) : compute_ms + sfu_ms;
   // Memory: the fewest bytes from DRAM, and every tile's loads through L2; bandwidth is capped by
   // the bytes in flight (Little's law).
   const double inflight = std::min(e.programs, sms * resident) * e.buffers * e.stage_bytes;
-  const double dram = std::min(device_.dram_tb_per_s * 1e9, inflight / (device_.memory_latency_us * 1e-3));
+  const double dram = std::min(device.dram_tb_per_s * 1e9, inflight / (device.memory_latency_us * 1e-3));
   // Spilled registers go to local memory and back once per loop iteration, through L2.
-  const double spills = std::max(0.0, e.regs_per_thread - device_.max_regs_per_thread);
+  const double spills = std::max(0.0, e.regs_per_thread - device.max_regs_per_thread);
   const double spill_bytes = e.programs * 32 * num_warps * spills * 4 * 2 * std::max(1.0, e.loop_iters);
   const double memory_ms = std::max(e.bytes / std::max(dram, 1.0),
-                                    (e.programs * e.tile_bytes + spill_bytes) / (device_.l2_tb_per_s * 1e9));
+                                    (e.programs * e.tile_bytes + spill_bytes) / (device.l2_tb_per_s * 1e9));
   // Latency: every iteration of the loop waits on its chain of dependent dots, which only other
   // resident programs hide (registers count here, as they bound how many programs are resident).
   double latency_ms = 0;
-  if (e.dot_steps > 0 && device_.dot_step_latency_us > 0) {
+  if (e.dot_steps > 0 && device.dot_step_latency_us > 0) {
     double hiding = resident;
-    if (regs > 0) hiding = std::min(hiding, std::floor(device_.regs_per_sm / (regs * 32 * num_warps)));
+    if (regs > 0) hiding = std::min(hiding, std::floor(device.regs_per_sm / (regs * 32 * num_warps)));
     hiding = std::max(hiding, 1.0);
     latency_ms = std::ceil(per_sm / hiding) * std::max(1.0, e.loop_iters) * e.dot_steps *
-                 device_.dot_step_latency_us * 1e-3;
+                 device.dot_step_latency_us * 1e-3;
   }
-  return std::max({compute_ms, memory_ms, latency_ms}) + device_.launch_overhead_ms;
+  return std::max({compute_ms, memory_ms, latency_ms}) + device.launch_overhead_ms;
 }
 
 bool FeatureExtractor::AnalyticTwins(const Problem& problem, const NamedValues& a, const NamedValues& b) const {
@@ -425,7 +496,7 @@ size_t FeatureIndex(const std::string& name) {
 KernelEstimate FeatureExtractor::Estimate(const Problem& problem, const NamedValues& config) const {
   KernelEstimate e;
   if (const FamilyModel* family = FindFamily(problem.family))
-    e.known = family->estimate(problem, Lookup(problem.shape), Lookup(config), device_, &e);
+    e.known = family->estimate(problem, Lookup(problem.shape), Lookup(config), DeviceOf(problem), &e);
   if (!e.known) e = KernelEstimate{};
   return e;
 }
@@ -438,8 +509,9 @@ double FeatureExtractor::LogRooflineMs(const Problem& problem) const {
   const NamedValues probe = {
       {"BLOCK_M", int64_t{64}}, {"BLOCK_N", int64_t{64}}, {"BLOCK_K", int64_t{64}}, {"BLOCK", int64_t{1024}}};
   KernelEstimate e;
-  if (!family->estimate(problem, Lookup(problem.shape), Lookup(probe), device_, &e)) return 0;
-  return std::log(device_.RooflineMs(e.flops, e.bytes));
+  const DeviceDescription& device = DeviceOf(problem);
+  if (!family->estimate(problem, Lookup(problem.shape), Lookup(probe), device, &e)) return 0;
+  return std::log(device.RooflineMs(e.flops, e.bytes));
 }
 
 std::vector<double> FeatureExtractor::Extract(const Problem& problem, const NamedValues& config,
@@ -452,6 +524,7 @@ std::vector<double> FeatureExtractor::Extract(const Problem& problem, const Name
 void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config,
                                const StaticFeatures* static_features, double* out) const {
   std::fill(out, out + kCount, 0.0);
+  const DeviceDescription& device = DeviceOf(problem);
   const Lookup cfg(config);
   const FamilyModel* family = FindFamily(problem.family);
   out[family ? family->one_hot : kFamilyOther] = 1;
@@ -497,14 +570,14 @@ void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config
 
   // Derived, for families the table knows.
   KernelEstimate e;
-  if (family) e.known = family->estimate(problem, Lookup(problem.shape), cfg, device_, &e);
-  const double sms = device_.sm_count;
-  double blocks_per_sm_smem = device_.max_blocks_per_sm;
+  if (family) e.known = family->estimate(problem, Lookup(problem.shape), cfg, device, &e);
+  const double sms = device.sm_count;
+  double blocks_per_sm_smem = device.max_blocks_per_sm;
   if (e.known) {
     out[kProblemFlopsLog2] = Log2(e.flops);
     out[kProblemBytesLog2] = Log2(e.bytes);
     out[kProblemIntensityLog2] = Log2(e.flops / e.bytes);
-    out[kRooflineMsLog2] = Log2(device_.RooflineMs(e.flops, e.bytes));
+    out[kRooflineMsLog2] = Log2(device.RooflineMs(e.flops, e.bytes));
     out[kProgramsLog2] = Log2(e.programs);
     const double waves = e.programs / sms;
     out[kWaves] = waves;
@@ -517,38 +590,38 @@ void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config
     out[kLoopItersLog2] = Log2(e.loop_iters);
     elems_per_thread = e.elems_per_thread;
     out[kSmemEstimateLog2] = Log2(e.smem_bytes);
-    out[kSmemFraction] = e.smem_bytes / device_.smem_per_block;
-    out[kSmemOverLimit] = e.smem_bytes > device_.smem_per_block ? 1 : 0;
+    out[kSmemFraction] = e.smem_bytes / device.smem_per_block;
+    out[kSmemOverLimit] = e.smem_bytes > device.smem_per_block ? 1 : 0;
     if (e.smem_bytes > 0)
       blocks_per_sm_smem =
-          std::min<double>(device_.max_blocks_per_sm, std::floor(device_.smem_per_sm / e.smem_bytes));
+          std::min<double>(device.max_blocks_per_sm, std::floor(device.smem_per_sm / e.smem_bytes));
     out[kWarpgroupMma] = e.warpgroup_mma ? 1 : 0;
     out[kSmFill] = std::min(1.0, e.programs / sms);
     const double resident_by_smem = std::max(
-        1.0, std::min(blocks_per_sm_smem, std::floor(device_.max_threads_per_sm / (32 * launch.num_warps))));
+        1.0, std::min(blocks_per_sm_smem, std::floor(device.max_threads_per_sm / (32 * launch.num_warps))));
     out[kInflightBytesLog2] = Log2(std::min(e.programs, sms * resident_by_smem) * e.buffers * e.stage_bytes);
-    const double analytic = AnalyticMs(e, launch.num_warps);
+    const double analytic = AnalyticMs(e, launch.num_warps, device);
     out[kAnalyticMsLog2] = Log2(analytic);
-    out[kAnalyticOverRooflineLog2] = Log2(analytic / device_.RooflineMs(e.flops, e.bytes));
+    out[kAnalyticOverRooflineLog2] = Log2(analytic / device.RooflineMs(e.flops, e.bytes));
     out[kRegsEstimate] = e.regs_per_thread;
-    out[kSpillEstimateLog2] = std::log2(1.0 + std::max(0.0, e.regs_per_thread - device_.max_regs_per_thread));
+    out[kSpillEstimateLog2] = std::log2(1.0 + std::max(0.0, e.regs_per_thread - device.max_regs_per_thread));
   }
   out[kElemsPerThreadLog2] = Log2(elems_per_thread);
   out[kBlocksPerSmBySmem] = blocks_per_sm_smem;
 
   // Occupancy: resident blocks per SM from shared memory, registers (when known) and threads.
   const double threads = 32 * launch.num_warps;
-  double resident = std::min(blocks_per_sm_smem, std::floor(device_.max_threads_per_sm / threads));
+  double resident = std::min(blocks_per_sm_smem, std::floor(device.max_threads_per_sm / threads));
   if (static_features && static_features->known()) {
     const StaticFeatures& s = *static_features;
     out[kRegs] = s.n_regs;
     out[kSpillsLog2] = std::log2(1.0 + std::max(0, s.n_spills));
     out[kSharedLog2] = std::log2(1.0 + std::max<int64_t>(0, s.shared));
     const double regs_per_block = std::max(1, s.n_regs) * threads;
-    const double by_regs = std::floor(device_.regs_per_sm / regs_per_block);
+    const double by_regs = std::floor(device.regs_per_sm / regs_per_block);
     out[kBlocksPerSmByRegs] = by_regs;
     if (s.shared > 0)
-      resident = std::min(resident, std::floor(static_cast<double>(device_.smem_per_sm) / s.shared));
+      resident = std::min(resident, std::floor(static_cast<double>(device.smem_per_sm) / s.shared));
     resident = std::min(resident, by_regs);
   } else {
     out[kStaticMissing] = 1;

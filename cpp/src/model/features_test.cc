@@ -257,5 +257,53 @@ TEST(FeaturesTest, NamesAreUniqueAndDeviceIsNotHardWired) {
   EXPECT_DOUBLE_EQ(At(FeatureExtractor(small).Extract(p, c), "waves"), 2.0);
 }
 
+// A problem recorded on another GPU is described on that GPU: its SMs, shared memory, tensor-core
+// path and bandwidth. The model's own device stays in charge of its own model's problems, and of
+// problems on a device it does not know.
+TEST(FeaturesTest, EachProblemIsDescribedOnTheGpuItRecords) {
+  const FeatureExtractor fx;
+  Problem h200{"softmax", {{"rows", int64_t{216}}, {"cols", int64_t{8192}}}, "NVIDIA H200", ""};
+  const NamedValues c = {{"BLOCK", int64_t{8192}}, {"num_warps", int64_t{8}}};
+  const std::vector<double> on_h200 = fx.Extract(h200, c);
+  EXPECT_DOUBLE_EQ(At(on_h200, "waves"), 216.0 / 132);
+  for (const char* same : {"", "Some GPU this project does not know"}) {
+    Problem p = h200;
+    p.device = same;
+    EXPECT_EQ(fx.Extract(p, c), on_h200) << same;
+  }
+  Problem a100 = h200, h100 = h200, l40s = h200;
+  a100.device = "NVIDIA A100-SXM4-80GB";
+  h100.device = "NVIDIA H100 80GB HBM3";
+  l40s.device = "NVIDIA L40S";
+  EXPECT_DOUBLE_EQ(At(fx.Extract(a100, c), "waves"), 2.0);  // 216 rows on 108 SMs.
+  EXPECT_DOUBLE_EQ(At(fx.Extract(l40s, c), "waves"), 216.0 / 142);
+  // A memory-bound problem: the H100's HBM3 moves the bytes at 3.35 TB/s, the H200's at 4.8.
+  const double bytes = 2.0 * 2 * 216 * 8192;
+  EXPECT_DOUBLE_EQ(At(fx.Extract(h100, c), "roofline_ms_log2"), std::log2(bytes / 3.35e9 + 0.004));
+  EXPECT_DOUBLE_EQ(At(on_h200, "roofline_ms_log2"), std::log2(bytes / 4.8e9 + 0.004));
+  EXPECT_DOUBLE_EQ(fx.LogRooflineMs(h100) - fx.LogRooflineMs(h200),
+                   std::log((bytes / 3.35e9 + 0.004) / (bytes / 4.8e9 + 0.004)));
+  // A Hopper-sized matmul tile takes the warp-group MMA on the H200 and mma.sync on the A100; a
+  // pipeline of 6 x 32 KB fits the H200's 227 KB a block and not the A100's 163 KB.
+  Problem mm{"matmul", {{"M", int64_t{4096}}, {"N", int64_t{4096}}, {"K", int64_t{4096}}}, "NVIDIA H200", ""};
+  Problem mm_a100 = mm;
+  mm_a100.device = "NVIDIA A100-SXM4-80GB";
+  const NamedValues wide = {{"BLOCK_M", int64_t{128}}, {"BLOCK_N", int64_t{256}}, {"BLOCK_K", int64_t{64}},
+                            {"GROUP_M", int64_t{8}}, {"num_warps", int64_t{8}}, {"num_stages", int64_t{4}}};
+  EXPECT_EQ(At(fx.Extract(mm, wide), "warpgroup_mma"), 1);
+  EXPECT_EQ(At(fx.Extract(mm_a100, wide), "warpgroup_mma"), 0);
+  EXPECT_GT(At(fx.Extract(mm_a100, wide), "analytic_ms_log2"), At(fx.Extract(mm, wide), "analytic_ms_log2"));
+  const NamedValues deep = {{"BLOCK_M", int64_t{128}}, {"BLOCK_N", int64_t{128}}, {"BLOCK_K", int64_t{64}},
+                            {"GROUP_M", int64_t{8}}, {"num_warps", int64_t{2}}, {"num_stages", int64_t{7}}};
+  EXPECT_EQ(At(fx.Extract(mm, deep), "smem_over_limit"), 0);
+  EXPECT_EQ(At(fx.Extract(mm_a100, deep), "smem_over_limit"), 1);
+  // A model of another device than the H200 keeps its own description for problems of its model.
+  DeviceDescription small;
+  small.sm_count = 66;
+  EXPECT_DOUBLE_EQ(At(FeatureExtractor(small).Extract(h200, c), "waves"), 216.0 / 66);
+  EXPECT_EQ(KnownDevice("NVIDIA H100 PCIe")->sm_count, 114);
+  EXPECT_EQ(KnownDevice("NVIDIA GeForce RTX 4090"), nullptr);
+}
+
 }  // namespace
 }  // namespace dr_kernel

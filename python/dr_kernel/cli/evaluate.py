@@ -158,8 +158,8 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds the compile may take (default 300)")
     p.add_argument("--interpret", action="store_true",
                    help="also run it in Triton's interpreter on the CPU (small shapes; not GPU times)")
-    p.add_argument("--device", help="analyse for this GPU instead of the visible one: h200, a100, l40s, b200 "
-                   "(or sm_90, sm_80, sm_89, sm_100); timed only if it is the visible GPU's architecture")
+    p.add_argument("--device", help="analyse for this GPU instead of the visible one: h200, h100, h100-pcie, a100, "
+                   "l40s, b200 (or sm_90, sm_80, sm_89, sm_100); timed only if it is the visible GPU's architecture")
     p.add_argument("--profile", action="store_true",
                    help="also read the launch's hardware counters with Nsight Compute (ncu): occupancy, L2 hit "
                    "rate, DRAM and SM throughput, stall reasons (about 10 s); stored with the measurement")

@@ -54,6 +54,13 @@ struct DeviceDescription {
   double RooflineMs(double flops, double bytes) const;
 };
 
+// The description of a GPU by the name a problem records (torch's device name, e.g. "NVIDIA H100
+// 80GB HBM3"), for the models this project knows: H200, H100 (SXM and PCIe), A100, L40S and B200;
+// nullptr for any other. Limits and peaks are NVIDIA's data-sheet and occupancy-calculator figures
+// (as python/dr_kernel/analysis.py has them); the H200's fitted terms (latencies, L2 rate) are kept
+// on the other models, the L2 and special-function rates scaled by SMs x clock.
+const DeviceDescription* KnownDevice(const std::string& name);
+
 // What static analysis of a compiled kernel reports (registers, spills, shared memory); -1 when
 // unknown.
 struct StaticFeatures {
@@ -97,6 +104,12 @@ class FeatureExtractor {
   static size_t size();
   static const std::vector<std::string>& names();
   const DeviceDescription& device() const { return device_; }
+  // The GPU that describes `problem`: its recorded device where KnownDevice() knows it and it is
+  // another model than device(); device() otherwise (no device recorded, an unknown one, or the
+  // same model, whose description may carry the model's own fitted terms). Every feature, estimate
+  // and analytic time of a problem is computed for this device, so that tables recorded on one GPU
+  // describe another's problems with that GPU's SMs, shared memory and bandwidth.
+  const DeviceDescription& DeviceOf(const Problem& problem) const;
 
   // The feature vector; `static_features` may be nullptr (the "missing" indicator is then set).
   std::vector<double> Extract(const Problem& problem, const NamedValues& config,
@@ -115,7 +128,9 @@ class FeatureExtractor {
   // SM can hold), against the traffic (spills included) at the bandwidth that the loads in flight
   // can sustain. Crude, but it knows about waves, padding, pipelining and register pressure; NaN
   // for unknown families. The cost model predicts log time relative to it.
-  double AnalyticMs(const KernelEstimate& e, double num_warps) const;
+  double AnalyticMs(const KernelEstimate& e, double num_warps, const DeviceDescription& device) const;
+  // The same on device().
+  double AnalyticMs(const KernelEstimate& e, double num_warps) const { return AnalyticMs(e, num_warps, device_); }
 
   // Whether the analytic estimate cannot tell config `a` from `b` of `problem`: the same grid,
   // tiles, loop, registers, shared memory and pipeline, and the same warps and stages (a matmul tile
