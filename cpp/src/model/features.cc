@@ -325,7 +325,11 @@ const FamilyModel* FindFamily(const std::string& family) {
 
 }  // namespace
 
-const DeviceDescription* KnownDevice(const std::string& name) {
+namespace {
+
+// The models KnownDevice() knows, each with the text torch's device name contains, in the order
+// they are matched.
+const std::vector<std::pair<std::string, DeviceDescription>>& KnownDevices() {
   // Each entry starts from the H200 (the defaults) and changes what differs. Special-function and
   // L2 rates scale with SMs x boost clock (the H200: 132 x 1.98 GHz).
   static const std::vector<std::pair<std::string, DeviceDescription>> known = [] {
@@ -382,7 +386,13 @@ const DeviceDescription* KnownDevice(const std::string& name) {
     return std::vector<std::pair<std::string, DeviceDescription>>{
         {"H200", h200}, {"H100 PCIe", h100_pcie}, {"H100", h100}, {"A100", a100}, {"L40S", l40s}, {"B200", b200}};
   }();
-  for (const auto& [text, device] : known)
+  return known;
+}
+
+}  // namespace
+
+const DeviceDescription* KnownDevice(const std::string& name) {
+  for (const auto& [text, device] : KnownDevices())
     if (name.find(text) != std::string::npos) return &device;
   return nullptr;
 }
@@ -391,7 +401,9 @@ const DeviceDescription& FeatureExtractor::DeviceOf(const Problem& problem) cons
   if (problem.device.empty()) return device_;
   const DeviceDescription* known = KnownDevice(problem.device);
   if (!known || known == KnownDevice(device_.name)) return device_;
-  return *known;
+  for (const auto& other : others_)
+    if (other.name == known->name) return other;
+  return device_;
 }
 
 double DeviceDescription::RooflineMs(double flops, double bytes) const {
@@ -471,7 +483,29 @@ StaticFeatures StaticFeatures::From(const Measurement& m) {
   return s;
 }
 
-FeatureExtractor::FeatureExtractor(DeviceDescription device) : device_(std::move(device)) {}
+FeatureExtractor::FeatureExtractor(DeviceDescription device) : device_(std::move(device)) {
+  // Another model's limits and tensor-core path, this device's rates: a model learns from the
+  // tables of its own device, where the rates never vary, so that another device's bandwidth or
+  // peak would only shift the absolute times its trees read as the problem's size. On the bench
+  // problems' H100 sessions the H100's bandwidth in the features made the prior's first softmax
+  // picks worse (softmax 1000x50257: 1.40x the best measured there against 1.18x; benchmarks/agent.md).
+  const DeviceDescription* own = KnownDevice(device_.name);
+  for (const auto& [text, known] : KnownDevices()) {
+    if (&known == own) continue;
+    DeviceDescription d = device_;
+    d.name = known.name;
+    d.sm_count = known.sm_count;
+    d.smem_per_block = known.smem_per_block;
+    d.smem_per_sm = known.smem_per_sm;
+    d.regs_per_sm = known.regs_per_sm;
+    d.max_threads_per_sm = known.max_threads_per_sm;
+    d.max_blocks_per_sm = known.max_blocks_per_sm;
+    d.has_warpgroup_mma = known.has_warpgroup_mma;
+    d.mma_sync_fraction = known.mma_sync_fraction;
+    d.max_regs_per_thread = known.max_regs_per_thread;
+    others_.push_back(std::move(d));
+  }
+}
 
 size_t FeatureExtractor::size() { return kCount; }
 

@@ -257,32 +257,33 @@ TEST(FeaturesTest, NamesAreUniqueAndDeviceIsNotHardWired) {
   EXPECT_DOUBLE_EQ(At(FeatureExtractor(small).Extract(p, c), "waves"), 2.0);
 }
 
-// A problem recorded on another GPU is described on that GPU: its SMs, shared memory, tensor-core
-// path and bandwidth. The model's own device stays in charge of its own model's problems, and of
-// problems on a device it does not know.
-TEST(FeaturesTest, EachProblemIsDescribedOnTheGpuItRecords) {
+// A problem recorded on another GPU is described with that GPU's limits and tensor-core path (its
+// SMs, shared memory, threads), and with the rates of the model's own device, on which the model
+// learned what times mean. The model's own device stays in charge of its own model's problems, and
+// of problems on a device it does not know.
+TEST(FeaturesTest, EachProblemIsDescribedWithTheLimitsOfTheGpuItRecords) {
   const FeatureExtractor fx;
   Problem h200{"softmax", {{"rows", int64_t{216}}, {"cols", int64_t{8192}}}, "NVIDIA H200", ""};
   const NamedValues c = {{"BLOCK", int64_t{8192}}, {"num_warps", int64_t{8}}};
   const std::vector<double> on_h200 = fx.Extract(h200, c);
   EXPECT_DOUBLE_EQ(At(on_h200, "waves"), 216.0 / 132);
-  for (const char* same : {"", "Some GPU this project does not know"}) {
+  // The H100 (SXM) is the H200's chip: the same limits, so the same features.
+  for (const char* same : {"", "Some GPU this project does not know", "NVIDIA H100 80GB HBM3"}) {
     Problem p = h200;
     p.device = same;
     EXPECT_EQ(fx.Extract(p, c), on_h200) << same;
   }
-  Problem a100 = h200, h100 = h200, l40s = h200;
+  Problem a100 = h200, l40s = h200, h100_pcie = h200;
   a100.device = "NVIDIA A100-SXM4-80GB";
-  h100.device = "NVIDIA H100 80GB HBM3";
   l40s.device = "NVIDIA L40S";
+  h100_pcie.device = "NVIDIA H100 PCIe";
   EXPECT_DOUBLE_EQ(At(fx.Extract(a100, c), "waves"), 2.0);  // 216 rows on 108 SMs.
   EXPECT_DOUBLE_EQ(At(fx.Extract(l40s, c), "waves"), 216.0 / 142);
-  // A memory-bound problem: the H100's HBM3 moves the bytes at 3.35 TB/s, the H200's at 4.8.
-  const double bytes = 2.0 * 2 * 216 * 8192;
-  EXPECT_DOUBLE_EQ(At(fx.Extract(h100, c), "roofline_ms_log2"), std::log2(bytes / 3.35e9 + 0.004));
-  EXPECT_DOUBLE_EQ(At(on_h200, "roofline_ms_log2"), std::log2(bytes / 4.8e9 + 0.004));
-  EXPECT_DOUBLE_EQ(fx.LogRooflineMs(h100) - fx.LogRooflineMs(h200),
-                   std::log((bytes / 3.35e9 + 0.004) / (bytes / 4.8e9 + 0.004)));
+  EXPECT_DOUBLE_EQ(At(fx.Extract(h100_pcie, c), "waves"), 216.0 / 114);
+  // The rates are the model's: the roofline is the H200's though the A100's HBM is slower.
+  EXPECT_DOUBLE_EQ(At(fx.Extract(a100, c), "roofline_ms_log2"), At(on_h200, "roofline_ms_log2"));
+  EXPECT_DOUBLE_EQ(fx.LogRooflineMs(a100), fx.LogRooflineMs(h200));
+  EXPECT_DOUBLE_EQ(KnownDevice("NVIDIA A100-SXM4-80GB")->dram_tb_per_s, 2.039);
   // A Hopper-sized matmul tile takes the warp-group MMA on the H200 and mma.sync on the A100; a
   // pipeline of 6 x 32 KB fits the H200's 227 KB a block and not the A100's 163 KB.
   Problem mm{"matmul", {{"M", int64_t{4096}}, {"N", int64_t{4096}}, {"K", int64_t{4096}}}, "NVIDIA H200", ""};
@@ -292,7 +293,6 @@ TEST(FeaturesTest, EachProblemIsDescribedOnTheGpuItRecords) {
                             {"GROUP_M", int64_t{8}}, {"num_warps", int64_t{8}}, {"num_stages", int64_t{4}}};
   EXPECT_EQ(At(fx.Extract(mm, wide), "warpgroup_mma"), 1);
   EXPECT_EQ(At(fx.Extract(mm_a100, wide), "warpgroup_mma"), 0);
-  EXPECT_GT(At(fx.Extract(mm_a100, wide), "analytic_ms_log2"), At(fx.Extract(mm, wide), "analytic_ms_log2"));
   const NamedValues deep = {{"BLOCK_M", int64_t{128}}, {"BLOCK_N", int64_t{128}}, {"BLOCK_K", int64_t{64}},
                             {"GROUP_M", int64_t{8}}, {"num_warps", int64_t{2}}, {"num_stages", int64_t{7}}};
   EXPECT_EQ(At(fx.Extract(mm, deep), "smem_over_limit"), 0);

@@ -57,8 +57,8 @@ struct DeviceDescription {
 // The description of a GPU by the name a problem records (torch's device name, e.g. "NVIDIA H100
 // 80GB HBM3"), for the models this project knows: H200, H100 (SXM and PCIe), A100, L40S and B200;
 // nullptr for any other. Limits and peaks are NVIDIA's data-sheet and occupancy-calculator figures
-// (as python/dr_kernel/analysis.py has them); the H200's fitted terms (latencies, L2 rate) are kept
-// on the other models, the L2 and special-function rates scaled by SMs x clock.
+// (as python/dr_kernel/analysis.py has them); the H200's fitted terms (latencies) are kept on the
+// other models, the L2 and special-function rates scaled by SMs x clock.
 const DeviceDescription* KnownDevice(const std::string& name);
 
 // What static analysis of a compiled kernel reports (registers, spills, shared memory); -1 when
@@ -104,11 +104,12 @@ class FeatureExtractor {
   static size_t size();
   static const std::vector<std::string>& names();
   const DeviceDescription& device() const { return device_; }
-  // The GPU that describes `problem`: its recorded device where KnownDevice() knows it and it is
-  // another model than device(); device() otherwise (no device recorded, an unknown one, or the
-  // same model, whose description may carry the model's own fitted terms). Every feature, estimate
-  // and analytic time of a problem is computed for this device, so that tables recorded on one GPU
-  // describe another's problems with that GPU's SMs, shared memory and bandwidth.
+  // The GPU that describes `problem`. Where its recorded device is a model KnownDevice() knows
+  // other than device()'s: that model's SMs, shared memory, threads, blocks, registers and
+  // tensor-core path, with device()'s rates (peaks, bandwidths, latencies). device() itself
+  // otherwise (no device recorded, an unknown one, or the same model, whose description may carry
+  // fitted terms). Every feature, estimate and analytic time of a problem is computed on it, so
+  // that a config over an A100's shared memory is over its limit there, and waves count its SMs.
   const DeviceDescription& DeviceOf(const Problem& problem) const;
 
   // The feature vector; `static_features` may be nullptr (the "missing" indicator is then set).
@@ -143,6 +144,7 @@ class FeatureExtractor {
 
  private:
   DeviceDescription device_;
+  std::vector<DeviceDescription> others_;  // What DeviceOf() gives the other known models.
 };
 
 // Positions of some features in the vector, for tests and for masking.

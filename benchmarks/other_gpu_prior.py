@@ -1,0 +1,99 @@
+"""What a prior learned on the H200's tables is worth on another GPU (issue 8, point 3).
+
+Takes tables recorded on another GPU (`device_run.sh sweeps-other-gpu`: problems the bundled H200
+tables also hold) and replays, for each, budget 100 over --repeats session seeds, the median
+evaluations to 1.05x of that table's best:
+
+- ppo as it runs there: the problem described on its own GPU (the cost model's features for that
+  device: SMs, shared memory, bandwidth);
+- ppo with the problem described as an H200's (the rows relabelled), as every session was before
+  the cost model knew other devices;
+- random search (budget 300, 30 seeds: issue 8's bar);
+- and how good the H200 table's best config is there (its time over the other GPU's best).
+
+By default the agent is the shipped one, which trained on the H200 tables of these very shapes:
+the prior then carries what the H200 said about the same problem. With --agents DIR, each family's
+problems are replayed by an agent trained without that family (leave-one-family-out, cached in DIR
+as lofo_options.py caches them), so that neither GPU's table of the family was seen.
+
+    python benchmarks/other_gpu_prior.py benchmarks/results/h100-.../sweeps/*.jsonl
+    python benchmarks/other_gpu_prior.py --agents /tmp/lofo0 --json out.json SWEEP.jsonl ...
+"""
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+from dr_kernel import _core, bundled_tables, load_agent  # noqa: E402
+from dr_kernel.holdout import problem_key, use_agent_without  # noqa: E402
+
+H200 = "NVIDIA H200"
+
+
+def relabelled(path: Path, device: str, folder: Path) -> Path:
+    """A copy of the table at `path` whose rows name `device` (the ones that name one)."""
+    out = folder / path.name
+    lines = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if "device" in row:
+                row["device"] = device
+            line = json.dumps(row)
+        lines.append(line)
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def median_evals(table, strategy: str, budget: int, repeats: int) -> float:
+    report = json.loads(_core.replay([table], strategy, budget, repeats, 1.05, 0, {}).to_json())
+    median = report["problems"][0]["evals_to_within"]["median"]
+    return median if median is not None else budget + 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("tables", nargs="+", type=Path, help="tables recorded on the other GPU (JSONL)")
+    parser.add_argument("--agents", type=Path, help="replay each family with an agent trained without it (cache)")
+    parser.add_argument("--seed", type=int, default=0, help="training seed of the --agents agents")
+    parser.add_argument("--repeats", type=int, default=10, help="session seeds per problem")
+    parser.add_argument("--json", type=Path, help="where to write the rows")
+    args = parser.parse_args()
+
+    h200 = {problem_key(t.problem | {"device": H200}): t for t in
+            _core.read_tables([str(p) for p in bundled_tables()])}
+    training = list(h200.values())
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in args.tables:
+            table = _core.read_tables([str(path)])[0]
+            device = table.problem.get("device") or ""
+            if not device or H200 in device:
+                raise SystemExit(f"{path}: its rows name the device {device!r}; give tables recorded on another GPU")
+            as_h200 = _core.read_tables([str(relabelled(path, H200, Path(tmp)))])[0]
+            if args.agents:
+                use_agent_without(table.problem["family"], training, args.agents, seed=args.seed)
+            twin = h200.get(problem_key(table.problem | {"device": H200}))
+            ok = {json.dumps(config, sort_keys=True): m["ms"] for config, m in table.rows() if m["status"] == "ok"}
+            best = min(ok.values())
+            row = {"problem": problem_key(table.problem), "configs": len(table), "best_ms": best,
+                   "ppo": median_evals(table, "ppo", 100, args.repeats),
+                   "ppo_as_h200": median_evals(as_h200, "ppo", 100, args.repeats),
+                   "random": median_evals(table, "random", 300, 30)}
+            if twin is not None:
+                config, m = min(((c, m) for c, m in twin.rows() if m["status"] == "ok"), key=lambda cm: cm[1]["ms"])
+                there = ok.get(json.dumps(config, sort_keys=True))
+                row["h200_best_config_over_best"] = there / best if there else None
+                row["h200_best_ms"] = m["ms"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    load_agent()
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
