@@ -203,14 +203,14 @@ for step in "$@"; do
       sweep softmax_512x32000_fp16 softmax rows=512,cols=32000 fp16 80
       sweep rmsnorm_4096x4096_fp16 rmsnorm rows=4096,cols=4096 fp16 60
       sweep rmsnorm_16384x8192_bf16 rmsnorm rows=16384,cols=8192 bf16 60 ;;
-    sweeps-other-gpu-more)  # Seven more of them, four families the cost model has no analytic estimate of (about 8 min).
-      sweep attention_4x32x4096x64_fp16 attention Z=4,H=32,N_CTX=4096,HEAD_DIM=64,CAUSAL=false fp16 80
-      sweep softmax_1024x128256_bf16 softmax rows=1024,cols=128256 bf16 80
-      sweep softmax_8192x1024_fp16 softmax rows=8192,cols=1024 fp16 50
+    sweeps-other-gpu-more)  # Seven more of them, first the four families without an analytic estimate (about 8 min).
       sweep layernorm_3001x5120_bf16 layernorm rows=3001,cols=5120 bf16 60
       sweep cross_entropy_8192x32000_fp16 cross_entropy tokens=8192,vocab=32000 fp16 60
       sweep cumsum_8192x4096_bf16 cumsum rows=8192,cols=4096 bf16 50
-      sweep grouped_matmul_8x8192x4096x2048_bf16 grouped_matmul G=8,M=8192,N=4096,K=2048 bf16 90 ;;
+      sweep grouped_matmul_8x8192x4096x2048_bf16 grouped_matmul G=8,M=8192,N=4096,K=2048 bf16 90
+      sweep softmax_8192x1024_fp16 softmax rows=8192,cols=1024 fp16 50
+      sweep attention_4x32x4096x64_fp16 attention Z=4,H=32,N_CTX=4096,HEAD_DIM=64,CAUSAL=false fp16 80
+      sweep softmax_1024x128256_bf16 softmax rows=1024,cols=128256 bf16 80 ;;
     sweeps-b)
       sweep attention_2x16x2048x128_causal_fp16 attention Z=2,H=16,N_CTX=2048,HEAD_DIM=128,CAUSAL=true fp16 70
       sweep attention_1x32x16384x64_fp16 attention Z=1,H=32,N_CTX=16384,HEAD_DIM=64,CAUSAL=false fp16 70
