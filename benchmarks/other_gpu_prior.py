@@ -21,6 +21,7 @@ shapes seen; cached as lofo_options.py --holdout problem caches them).
     python benchmarks/other_gpu_prior.py benchmarks/results/h100-.../sweeps/*.jsonl
     python benchmarks/other_gpu_prior.py --agents /tmp/lofo0 --json out.json SWEEP.jsonl ...
     python benchmarks/other_gpu_prior.py --agents /tmp/lopo0 --holdout problem SWEEP.jsonl ...
+    python benchmarks/other_gpu_prior.py --agents /tmp/lofo0 SWEEP.jsonl ... refit=8 doubt_refit=4
 """
 
 import argparse
@@ -58,29 +59,33 @@ def plain(config) -> dict:
     return {k: v for k, v in config.items() if NEUTRAL.get(k, object()) != v}
 
 
-def median_evals(table, strategy: str, budget: int, repeats: int) -> float:
-    report = json.loads(_core.replay([table], strategy, budget, repeats, 1.05, 0, {}).to_json())
+def median_evals(table, strategy: str, budget: int, repeats: int, options=None) -> float:
+    report = json.loads(_core.replay([table], strategy, budget, repeats, 1.05, 0, options or {}).to_json())
     median = report["problems"][0]["evals_to_within"]["median"]
     return median if median is not None else budget + 1
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("tables", nargs="+", type=Path, help="tables recorded on the other GPU (JSONL)")
+    parser.add_argument("inputs", nargs="+", metavar="TABLE_OR_OPTION",
+                        help="tables recorded on the other GPU (JSONL), and NAME=VALUE options of ppo "
+                             "(refit=8 doubt_refit=4: as a GPU session on these spaces runs it)")
     parser.add_argument("--agents", type=Path, help="replay each family with an agent trained without it (cache)")
     parser.add_argument("--holdout", choices=["family", "problem"], default="family",
                         help="what the --agents agents were trained without")
     parser.add_argument("--seed", type=int, default=0, help="training seed of the --agents agents")
     parser.add_argument("--repeats", type=int, default=10, help="session seeds per problem")
     parser.add_argument("--json", type=Path, help="where to write the rows")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
+    tables = [Path(i) for i in args.inputs if "=" not in i]
+    options = {k: float(v) for k, v in (i.split("=", 1) for i in args.inputs if "=" in i)}
 
     # In the order lofo_options.py trains its agents in (problem I of --holdout problem is the I-th).
     training = _core.read_tables([str(p) for p in bundled_tables()])
     h200 = {problem_key(t.problem | {"device": H200}): t for t in training}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for path in args.tables:
+        for path in tables:
             table = _core.read_tables([str(path)])[0]
             device = table.problem.get("device") or ""
             if not device or H200 in device:
@@ -97,8 +102,8 @@ def main() -> None:
             ok = {json.dumps(config, sort_keys=True): m["ms"] for config, m in table.rows() if m["status"] == "ok"}
             best = min(ok.values())
             row = {"problem": problem_key(table.problem), "configs": len(table), "best_ms": best,
-                   "ppo": median_evals(table, "ppo", 100, args.repeats),
-                   "ppo_as_h200": median_evals(as_h200, "ppo", 100, args.repeats),
+                   "ppo": median_evals(table, "ppo", 100, args.repeats, options),
+                   "ppo_as_h200": median_evals(as_h200, "ppo", 100, args.repeats, options),
                    "random": median_evals(table, "random", 300, 30)}
             if twin is not None:
                 config, m = min(((c, m) for c, m in twin.rows() if m["status"] == "ok"), key=lambda cm: cm[1]["ms"])
