@@ -323,37 +323,10 @@ const FamilyModel* FindFamily(const std::string& family) {
   return nullptr;
 }
 
-// One GPU model's data sheet, as far as the features use it; the defaults are the H200's.
-struct DataSheet {
-  const char* name;
-  int sm_count = 132;
-  double boost_ghz = 1.98;
-  int64_t smem_per_block = 232448;
-  int64_t smem_per_sm = 233472;
-  int max_threads_per_sm = 2048;
-  int max_blocks_per_sm = 32;
-  bool has_warpgroup_mma = true;  // Blackwell's asynchronous MMA pipelines as Hopper's do.
-  double peak_tflops = 989;
-  double dram_tb_per_s = 4.8;
-  double fp32_tflops = 67;
-};
-
-// The H200's description with another model's figures. The special-function and L2 rates scale
-// with SMs x boost clock; mma.sync is the full tensor-core rate of a GPU without warp-group MMA.
-DeviceDescription Described(const DataSheet& sheet) {
-  DeviceDescription d;
-  const double ratio = sheet.sm_count * sheet.boost_ghz / (d.sm_count * 1.98);
-  d.name = sheet.name;
-  d.sm_count = sheet.sm_count;
-  d.smem_per_block = sheet.smem_per_block;
-  d.smem_per_sm = sheet.smem_per_sm;
-  d.max_threads_per_sm = sheet.max_threads_per_sm;
-  d.max_blocks_per_sm = sheet.max_blocks_per_sm;
-  d.has_warpgroup_mma = sheet.has_warpgroup_mma;
-  if (!sheet.has_warpgroup_mma) d.mma_sync_fraction = 1.0;
-  d.peak_tflops = sheet.peak_tflops;
-  d.dram_tb_per_s = sheet.dram_tb_per_s;
-  d.fp32_tflops = sheet.fp32_tflops;
+// `d` with its special-function and L2 rates scaled from the H200's by SMs x boost clock (the H200:
+// 132 SMs at 1.98 GHz).
+DeviceDescription AtClock(DeviceDescription d, double boost_ghz) {
+  const double ratio = d.sm_count * boost_ghz / (132 * 1.98);
   d.sfu_tops *= ratio;
   d.l2_tb_per_s *= ratio;
   return d;
@@ -362,23 +335,28 @@ DeviceDescription Described(const DataSheet& sheet) {
 // The models KnownDevice() knows, each with the text torch's device name contains, in the order
 // they are matched.
 const std::vector<std::pair<std::string, DeviceDescription>>& KnownDevices() {
+  // Data-sheet figures over the H200's (the defaults); mma.sync is the whole tensor-core rate of a
+  // GPU without warp-group MMA. Blackwell's asynchronous MMA pipelines as Hopper's does.
   static const std::vector<std::pair<std::string, DeviceDescription>> known = {
       {"H200", DeviceDescription{}},
-      {"H100 PCIe", Described({.name = "NVIDIA H100 PCIe", .sm_count = 114, .boost_ghz = 1.755,
-                               .peak_tflops = 756, .dram_tb_per_s = 2.0, .fp32_tflops = 51})},
+      {"H100 PCIe", AtClock({.name = "NVIDIA H100 PCIe", .sm_count = 114, .peak_tflops = 756, .dram_tb_per_s = 2.0,
+                             .fp32_tflops = 51},
+                            1.755)},
       // SXM5: the H200's chip with HBM3.
-      {"H100", Described({.name = "NVIDIA H100", .dram_tb_per_s = 3.35})},
+      {"H100", {.name = "NVIDIA H100", .dram_tb_per_s = 3.35}},
       // SXM4 80 GB: 164 KB of shared memory an SM, 163 a block.
-      {"A100", Described({.name = "NVIDIA A100", .sm_count = 108, .boost_ghz = 1.41, .smem_per_block = 166912,
-                          .smem_per_sm = 167936, .has_warpgroup_mma = false, .peak_tflops = 312,
-                          .dram_tb_per_s = 2.039, .fp32_tflops = 19.5})},
+      {"A100", AtClock({.name = "NVIDIA A100", .sm_count = 108, .smem_per_block = 166912, .smem_per_sm = 167936,
+                        .has_warpgroup_mma = false, .peak_tflops = 312, .dram_tb_per_s = 2.039,
+                        .mma_sync_fraction = 1.0, .fp32_tflops = 19.5},
+                       1.41)},
       // Ada: 100 KB of shared memory, 1536 threads and 24 blocks an SM.
-      {"L40S", Described({.name = "NVIDIA L40S", .sm_count = 142, .boost_ghz = 2.52, .smem_per_block = 101376,
-                          .smem_per_sm = 102400, .max_threads_per_sm = 1536, .max_blocks_per_sm = 24,
-                          .has_warpgroup_mma = false, .peak_tflops = 362, .dram_tb_per_s = 0.864,
-                          .fp32_tflops = 91.6})},
-      {"B200", Described({.name = "NVIDIA B200", .sm_count = 148, .boost_ghz = 1.965, .peak_tflops = 2250,
-                          .dram_tb_per_s = 8.0, .fp32_tflops = 75})}};
+      {"L40S", AtClock({.name = "NVIDIA L40S", .sm_count = 142, .smem_per_block = 101376, .smem_per_sm = 102400,
+                        .max_threads_per_sm = 1536, .max_blocks_per_sm = 24, .has_warpgroup_mma = false,
+                        .peak_tflops = 362, .dram_tb_per_s = 0.864, .mma_sync_fraction = 1.0, .fp32_tflops = 91.6},
+                       2.52)},
+      {"B200", AtClock({.name = "NVIDIA B200", .sm_count = 148, .peak_tflops = 2250, .dram_tb_per_s = 8.0,
+                        .fp32_tflops = 75},
+                       1.965)}};
   return known;
 }
 
