@@ -371,10 +371,9 @@ const DeviceDescription* KnownDevice(const std::string& name) {
 const DeviceDescription& FeatureExtractor::DeviceOf(const Problem& problem) const {
   if (problem.device.empty()) return device_;
   const DeviceDescription* known = KnownDevice(problem.device);
-  if (!known || known == KnownDevice(device_.name)) return device_;
-  for (const auto& other : others_)
-    if (other.name == known->name) return other;
-  return device_;
+  for (const auto& [model, described] : others_)
+    if (model == known) return described;
+  return device_;  // Not a known model, or the model's own.
 }
 
 double DeviceDescription::RooflineMs(double flops, double bytes) const {
@@ -475,7 +474,7 @@ FeatureExtractor::FeatureExtractor(DeviceDescription device) : device_(std::move
     d.has_warpgroup_mma = known.has_warpgroup_mma;
     d.mma_sync_fraction = known.mma_sync_fraction;
     d.max_regs_per_thread = known.max_regs_per_thread;
-    others_.push_back(std::move(d));
+    others_.emplace_back(&known, std::move(d));
   }
 }
 

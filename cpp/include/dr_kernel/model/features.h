@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dr_kernel/problem.h"
@@ -144,7 +145,8 @@ class FeatureExtractor {
 
  private:
   DeviceDescription device_;
-  std::vector<DeviceDescription> others_;  // What DeviceOf() gives the other known models.
+  // What DeviceOf() gives each other known model (KnownDevice()'s entry).
+  std::vector<std::pair<const DeviceDescription*, DeviceDescription>> others_;
 };
 
 // Positions of some features in the vector, for tests and for masking.
