@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   LIB_AGENT=benchmarks/results/h100-2026-12-05c/agent-b7655e8 LIB_AGENT_MODES=dr bash benchmarks/device_run.sh library
@@ -185,6 +185,12 @@ for step in "$@"; do
       sweep attention_4x32x4096x64_causal_bf16_tma attention Z=4,H=32,N_CTX=4096,HEAD_DIM=64,CAUSAL=true bf16 90 "$at"
       sweep attention_8x16x1024x64_fp16_tma attention Z=8,H=16,N_CTX=1024,HEAD_DIM=64,CAUSAL=false fp16 90 "$at"
       sweep attention_4x8x4097x64_fp16_tma attention Z=4,H=8,N_CTX=4097,HEAD_DIM=64,CAUSAL=false fp16 90 "$at" ;;
+    sweeps-tma2)  # Issue 11: the TMA attention kernel REFINED (TMA = 2: heavy causal tiles first, the scale
+      # fused into the exponent) against it as measured (TMA = 1), same tiles, three problems (about 5 min).
+      at='{"BLOCK_M":[64,128],"BLOCK_N":[32,64,128],"num_warps":[4,8],"num_stages":[2,3,4],"TMA":[1,2]}'
+      sweep attention_1x8x16384x128_causal_bf16_tma2 attention Z=1,H=8,N_CTX=16384,HEAD_DIM=128,CAUSAL=true bf16 100 "$at"
+      sweep attention_4x32x4096x64_causal_bf16_tma2 attention Z=4,H=32,N_CTX=4096,HEAD_DIM=64,CAUSAL=true bf16 100 "$at"
+      sweep attention_2x16x8192x128_bf16_tma2 attention Z=2,H=16,N_CTX=8192,HEAD_DIM=128,CAUSAL=false bf16 100 "$at" ;;
     sweeps-mm-tma)  # Issue 11: the TMA matmul kernel against the recorded one, same tiles (48 each).
       mt='{"BLOCK_M":[64,128],"BLOCK_N":[64,128,256],"BLOCK_K":[64],"GROUP_M":[8],"num_warps":[4,8],"num_stages":[3,4],"TMA":[0,1]}'
       sweep matmul_4096x4096x4096_fp16_tma matmul M=4096,N=4096,K=4096 fp16 80 "$mt"

@@ -149,6 +149,14 @@ def test_the_tma_attention_kernel_copies_through_descriptors_and_masks_only_its_
         assert compiled.asm["ttir"].count("scf.for") == 2 and compiled.asm["ttir"].count("arith.select") == 1
         ptx = compiled.asm["ptx"]
         assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx and "cp.async.cg" not in ptx
+    # TMA = 2, the same kernel REFINED: the scale inside the exponent's argument turns each score's
+    # multiply and subtraction into one multiply-add.
+    shape = {"Z": 1, "H": 2, "N_CTX": 1000, "HEAD_DIM": 64, "CAUSAL": True}
+    ptx = {tma: compile_kernel(attn_fwd_tma_kernel, *attention.compile_source(shape, "fp16", {**config, "TMA": tma}),
+                               {"num_warps": 4, "num_stages": 2})[0].asm["ptx"] for tma in (1, 2)}
+    assert attention.fn_for({**config, "TMA": 2}, None) is attn_fwd_tma_kernel
+    assert ptx[2].count("sub.f32") < ptx[1].count("sub.f32") // 4
+    assert ptx[2].count("fma.rn.f32") > ptx[1].count("fma.rn.f32")
 
 
 def test_the_tma_matmul_kernel_copies_tiles_through_descriptors_and_refuses_unaligned_rows():
@@ -379,7 +387,13 @@ INTERPRETER_CASES = {
                   ({"Z": 2, "H": 2, "N_CTX": 72, "HEAD_DIM": 32, "CAUSAL": True},
                    {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "TMA": 1}),
                   ({"Z": 1, "H": 3, "N_CTX": 40, "HEAD_DIM": 16, "CAUSAL": True},
-                   {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "TMA": 1})],
+                   {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "TMA": 1}),
+                  # REFINED (TMA = 2): the causal tiles in reverse order, the last one short; the
+                  # scale fused into the exponent, masked and unmasked loops alike.
+                  ({"Z": 2, "H": 2, "N_CTX": 72, "HEAD_DIM": 32, "CAUSAL": True},
+                   {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "TMA": 2}),
+                  ({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16, "CAUSAL": False},
+                   {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1, "TMA": 2})],
     # The row in one block (h kept in registers) and in chunks of 128 (h written, then read back).
     "add_rmsnorm": [({"rows": 5, "cols": 300}, {"BLOCK": 512, "num_warps": 4, "num_stages": 1}),
                     ({"rows": 3, "cols": 300}, {"BLOCK": 128, "num_warps": 2, "num_stages": 2})],

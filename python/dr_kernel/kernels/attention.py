@@ -60,22 +60,31 @@ def attn_fwd_kernel(Q, K, V, O, sm_scale, s_z, s_h, s_m, H, N_CTX,  # noqa: E741
 
 @triton.jit
 def _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, lo, hi, N_CTX, qk_scale,
-            BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+            BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, FUSED_SCALE: tl.constexpr):
     # Keys and values lo..hi (multiples of BLOCK_N) into the running softmax of one tile of rows;
     # only the blocks that straddle the diagonal or the end of the sequence test a mask.
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = k_desc.load([start_n, 0])
-        qk = tl.dot(q, k.T) * qk_scale
+        qk = tl.dot(q, k.T)
+        if not FUSED_SCALE:
+            qk = qk * qk_scale
         if MASKED:
             cols = start_n + offs_n
             valid = cols[None, :] < N_CTX
             if CAUSAL:
                 valid = valid & (offs_m[:, None] >= cols[None, :])
             qk = tl.where(valid, qk, -1.0e6)
-        m_ij = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_ij[:, None])
+        if FUSED_SCALE:
+            # The scale applied inside the exponent's argument: one multiply-add a score where
+            # scaling the scores first costs a multiply and a subtraction (the softmax's own
+            # arithmetic, not the products, bounds this loop on Hopper).
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
+        else:
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            p = tl.math.exp2(qk - m_ij[:, None])
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
@@ -88,13 +97,17 @@ def _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, lo, hi, N_CTX, qk_scale,
 @triton.jit
 def attn_fwd_tma_kernel(Q, K, V, O, sm_scale, s_z, s_h, s_m, H, N_CTX,  # noqa: E741
                         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        CAUSAL: tl.constexpr):
+                        CAUSAL: tl.constexpr, REFINED: tl.constexpr = False):
     # attn_fwd_kernel's arithmetic with Hopper's tensor memory accelerator: each (batch, head)
     # is a N_CTX × HEAD_DIM matrix behind a descriptor (rows past N_CTX load as zeros and are
     # not stored), and the key loop runs in two parts: the blocks wholly below the diagonal (all
     # of them without a causal mask) with no mask at all, then the few that straddle the
     # diagonal or the end of the sequence with one. The recorded kernel masks every block.
+    # REFINED (TMA = 2): under a causal mask the tiles with the most keys start first, so that
+    # the last wave holds the shortest ones; and the scale is fused into the exponent (_attend).
     start_m = tl.program_id(0)
+    if REFINED and CAUSAL:
+        start_m = tl.num_programs(0) - 1 - start_m
     off_hz = tl.program_id(1)
     base = (off_hz // H).to(tl.int64) * s_z + (off_hz % H).to(tl.int64) * s_h
     q_desc = tl.make_tensor_descriptor(Q + base, [N_CTX, HEAD_DIM], [s_m, 1], [BLOCK_M, HEAD_DIM])
@@ -114,21 +127,26 @@ def attn_fwd_tma_kernel(Q, K, V, O, sm_scale, s_z, s_h, s_m, H, N_CTX,  # noqa: 
         clear = N_CTX // BLOCK_N * BLOCK_N
         hi = N_CTX
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, 0, clear, N_CTX, qk_scale,
-                            BLOCK_N, False, CAUSAL)
+                            BLOCK_N, False, CAUSAL, REFINED)
     acc, l_i, m_i = _attend(acc, l_i, m_i, q, k_desc, v_desc, offs_m, clear, hi, N_CTX, qk_scale,
-                            BLOCK_N, True, CAUSAL)
+                            BLOCK_N, True, CAUSAL, REFINED)
     acc = acc / l_i[:, None]
     o_desc.store([start_m * BLOCK_M, 0], acc.to(O.dtype.element_ty))
 
 
 def _variant(config, shape):
     """The recorded kernel, or with TMA = 1 the one that loads through tensor descriptors and masks
-    only the blocks on the diagonal or the sequence's end (sm_90 and later)."""
+    only the blocks on the diagonal or the sequence's end (sm_90 and later); TMA = 2 is that kernel
+    REFINED (heavy causal tiles first, the scale fused into the exponent), not measured yet
+    (benchmarks/device_run.sh sweeps-tma2) and so not in a tuning's space."""
     return attn_fwd_tma_kernel if config.get("TMA", 0) else attn_fwd_kernel
 
 
 def _kernel_config(config):
-    return {k: v for k, v in config.items() if k != "TMA"}
+    out = {k: v for k, v in config.items() if k != "TMA"}
+    if config.get("TMA", 0) == 2:
+        out["REFINED"] = True
+    return out
 
 
 # Where the TMA kernel is searched: the tiles it was measured on (benchmarks/device_run.sh
