@@ -447,6 +447,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     started = time.perf_counter()
     split = collections.Counter({"compile": 0.0, "load": 0.0, "measure": 0.0, "confirm": 0.0})
     predicted_rank: dict[tuple, int] = {}  # Config → its place in the cost model's predicted order.
+    hinted: list[dict] = []  # What the strategy said it would likely ask for after its next batch.
     fastest: list[tuple[float, int, dict]] = []  # (ms, order, config) of every config measured here that ran.
 
     def binary_of(config: dict, report: StaticReport | None) -> Hashable | None:
@@ -473,7 +474,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             waited = time.perf_counter()
             # What the strategy may ask next (the neighbours of the best configs and of the batch)
             # compiles beside the batch, so that a step finds its binary ready instead of waiting.
-            ahead = neighbours_ahead(batch) if prefetch else []
+            ahead = [*hinted, *neighbours_ahead(batch)] if prefetch else []
+            hinted.clear()
             try:
                 for i, report in zip(new, static.reports_for([batch[i] for i in new], then_guess=ahead), strict=True):
                     reports[i] = report
@@ -506,7 +508,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             to_measure.append(i)
         if static is not None and prefetch and trusted[0] and not new:
             # A batch of known configs compiled nothing: its neighbours are guessed here.
-            static.guess(neighbours_ahead(batch))
+            static.guess([*hinted, *neighbours_ahead(batch)])
+            hinted.clear()
         stored: set[int] = set()  # Positions in the batch already in the store.
         # Measured in this process (as triton.autotune measures), configs go one at a time, each
         # stored before the next: a crash of the process loses the config that crashed, not the
@@ -600,16 +603,12 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             on_trial(config, measurement, elapsed_s)
 
     def likely(configs: list[dict]) -> None:
-        """The strategy's hint, with each batch, of what it will likely ask for next (ppo's next
-        jumps: `hint`): compiled as guesses beside the batch, as a step's neighbours are. Of the
-        276 configs the twelve H200 bench sessions of 2026-12-05 asked for, 77 were jumps, 44 of
-        them to the config the walk believed fastest."""
-        if static is None or not prefetch or not trusted[0]:
-            return
-        try:
-            static.guess([c for c in configs if not (known and _key(c) in known)])
-        except RuntimeError:  # The compile workers are gone: the next step says so and goes on without them.
-            return
+        """The strategy's hint, with the batch it is about to ask for, of what it will likely ask
+        for next (ppo's next jumps: `hint`): guessed by that batch's step, first, before the
+        neighbours (a step's guesses push earlier ones back, and past the stage's cap). Of the 276
+        configs the twelve H200 bench sessions of 2026-12-05 asked for, 77 were jumps, 44 of them
+        to the config the walk believed fastest."""
+        hinted[:] = [c for c in configs if not (known and _key(c) in known)]
 
     if static is not None and prefetch and trusted[0] and strategy == "ppo":
         # The agent's first measurements jump to what its cost model ranks best: compile those on
