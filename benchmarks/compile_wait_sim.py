@@ -2,12 +2,14 @@
 real session code (run_session, its StaticStage and CompilePool, ppo with the first call's stop rule)
 over a pool whose workers sleep each config's recorded compile seconds instead of compiling, and a
 "GPU" that sleeps each config's recorded load seconds plus its timed launches. Every time is scaled
-by --scale (0.25: four times faster than recorded) so that a run fits in minutes; figures are given
-back in recorded seconds. What it compares is a session option (default: ppo's `hint`, the configs
-the next jumps would likely measure, compiled while the batch is measured), each problem with the
-same session seed both ways.
+by --scale (0.25: four times faster than recorded, though the pool's start and the host's search
+are not scaled) and figures are given back in recorded seconds. It compares values of ppo options,
+each problem with the same session seed for each value: what a change to what the session asks for
+or compiles ahead does to the waiting. (It measured ppo's `hint` of the first session of
+2026-12-06, the configs its next jumps would likely measure compiled while the batch was measured:
+no gain, and the option was removed; benchmarks/results/compile-wait-sim-hint.json.)
 
-    .venv/bin/python benchmarks/compile_wait_sim.py [--workers 15] [--scale 0.25] [--json F] [A=1 B=0]
+    .venv/bin/python benchmarks/compile_wait_sim.py [--workers 15] [--scale 1] [--json F] twins=1 twins=0
 
 The decisions are the shipped agent's (it trained on these tables: the evaluations are not a result
 here, only the waiting). The host's own search time (refits, the policy) is real, on this machine.
@@ -106,8 +108,7 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=0.25, help="simulated seconds per recorded second")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("options", nargs="*", default=["hint=4", "hint=0"],
-                        help="the ppo options to compare, NAME=VALUE each (default: hint=4 hint=0)")
+    parser.add_argument("options", nargs="+", help="the ppo option values to compare, NAME=VALUE each")
     args = parser.parse_args()
     settings = [dict([(o.split("=", 1)[0], float(o.split("=", 1)[1]))]) for o in args.options]
     tables = _core.read_tables([str(t) for t in bundled_tables()])

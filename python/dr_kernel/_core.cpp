@@ -405,7 +405,7 @@ NB_MODULE(_core, m) {
   // with "why" the strategy proposed the config where it says (ppo's "climb", "twin: ...").
   m.def("tune", [](const nb::dict& problem, const Space& space, nb::callable measure, const std::string& strategy,
                    int64_t max_evals, double max_seconds, uint64_t seed, const std::map<std::string, double>& options,
-                   nb::object on_trial, nb::object observe, nb::object hint) {
+                   nb::object on_trial, nb::object observe) {
         auto measure_batch = [&space, measure](const std::vector<Config>& configs) {
           nb::list batch;
           for (const auto& c : configs) batch.append(FromNamed(space.Named(c)));
@@ -423,14 +423,7 @@ NB_MODULE(_core, m) {
             if (seen.is_none()) return std::nullopt;
             return ToMeasurement(nb::cast<nb::dict>(seen));
           };
-        CallbackEnv::Hints hint_some;
-        if (!hint.is_none())
-          hint_some = [&space, hint](const std::vector<Config>& configs) {
-            nb::list likely;
-            for (const auto& c : configs) likely.append(FromNamed(space.Named(c)));
-            hint(likely);
-          };
-        CallbackEnv env(ToProblem(problem), space, measure_batch, observe_one, hint_some);
+        CallbackEnv env(ToProblem(problem), space, measure_batch, observe_one);
         Evaluator evaluator(env, Budget{max_evals, max_seconds});
         if (!on_trial.is_none())
           evaluator.OnTrial([&](const Trial& t) {
@@ -446,5 +439,5 @@ NB_MODULE(_core, m) {
         return history;
       }, nb::arg("problem"), nb::arg("space"), nb::arg("measure"), nb::arg("strategy"), nb::arg("max_evals"),
       nb::arg("max_seconds"), nb::arg("seed"), nb::arg("options") = std::map<std::string, double>{},
-      nb::arg("on_trial") = nb::none(), nb::arg("observe") = nb::none(), nb::arg("hint") = nb::none());
+      nb::arg("on_trial") = nb::none(), nb::arg("observe") = nb::none());
 }

@@ -447,7 +447,6 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     started = time.perf_counter()
     split = collections.Counter({"compile": 0.0, "load": 0.0, "measure": 0.0, "confirm": 0.0})
     predicted_rank: dict[tuple, int] = {}  # Config → its place in the cost model's predicted order.
-    hinted: list[dict] = []  # What the strategy said it would likely ask for after its next batch.
     fastest: list[tuple[float, int, dict]] = []  # (ms, order, config) of every config measured here that ran.
 
     def binary_of(config: dict, report: StaticReport | None) -> Hashable | None:
@@ -474,8 +473,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             waited = time.perf_counter()
             # What the strategy may ask next (the neighbours of the best configs and of the batch)
             # compiles beside the batch, so that a step finds its binary ready instead of waiting.
-            ahead = [*hinted, *neighbours_ahead(batch)] if prefetch else []
-            hinted.clear()
+            ahead = neighbours_ahead(batch) if prefetch else []
             try:
                 for i, report in zip(new, static.reports_for([batch[i] for i in new], then_guess=ahead), strict=True):
                     reports[i] = report
@@ -508,8 +506,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
             to_measure.append(i)
         if static is not None and prefetch and trusted[0] and not new:
             # A batch of known configs compiled nothing: its neighbours are guessed here.
-            static.guess([*hinted, *neighbours_ahead(batch)])
-            hinted.clear()
+            static.guess(neighbours_ahead(batch))
         stored: set[int] = set()  # Positions in the batch already in the store.
         # Measured in this process (as triton.autotune measures), configs go one at a time, each
         # stored before the next: a crash of the process loses the config that crashed, not the
@@ -602,14 +599,6 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         if on_trial is not None:
             on_trial(config, measurement, elapsed_s)
 
-    def likely(configs: list[dict]) -> None:
-        """The strategy's hint, with the batch it is about to ask for, of what it will likely ask
-        for next (ppo's next jumps: `hint`): guessed by that batch's step, first, before the
-        neighbours (a step's guesses push earlier ones back, and past the stage's cap). Of the 276
-        configs the twelve H200 bench sessions of 2026-12-05 asked for, 77 were jumps, 44 of them
-        to the config the walk believed fastest."""
-        hinted[:] = [c for c in configs if not (known and _key(c) in known)]
-
     if static is not None and prefetch and trusted[0] and strategy == "ppo":
         # The agent's first measurements jump to what its cost model ranks best: compile those on
         # every idle compile worker at once, while the measuring process starts.
@@ -651,7 +640,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 trial(config, m, spent)
             known = {**(known or {}), **{_key(c): m for c, m, _ in ahead}}
         history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed, options, trial,
-                             asked, likely)
+                             asked)
         offset = ahead[-1][2] if ahead else 0.0
         seen = {_key(c) for c, _, _ in ahead}
         result.history = ahead + [(c, m, s + offset) for c, m, s in history if _key(c) not in seen]

@@ -40,10 +40,6 @@ class Env {
     (void)config;
     return std::nullopt;
   }
-  // Configs a strategy expects to ask for soon besides the batch it is about to evaluate, the
-  // likeliest first: an environment that compiles ahead of need (a GPU session's compile stage)
-  // may start on them. Never an evaluation; a replay ignores it.
-  virtual void Hint(const std::vector<Config>& configs) { (void)configs; }
 };
 
 // How ReplayEnv charges simulated tuning time for one evaluation.
@@ -101,11 +97,10 @@ class CallbackEnv : public Env {
  public:
   using Measure = std::function<std::vector<Evaluation>(const std::vector<Config>&)>;
   using Static = std::function<std::optional<Measurement>(const Config&)>;
-  using Hints = std::function<void(const std::vector<Config>&)>;
 
-  CallbackEnv(Problem problem, Space space, Measure measure, Static observe = nullptr, Hints hint = nullptr)
+  CallbackEnv(Problem problem, Space space, Measure measure, Static observe = nullptr)
       : problem_(std::move(problem)), space_(std::move(space)), measure_(std::move(measure)),
-        observe_(std::move(observe)), hint_(std::move(hint)) {}
+        observe_(std::move(observe)) {}
 
   const Problem& problem() const override { return problem_; }
   const Space& space() const override { return space_; }
@@ -114,16 +109,12 @@ class CallbackEnv : public Env {
   std::optional<Measurement> Observe(const Config& config) const override {
     return observe_ ? observe_(config) : std::nullopt;
   }
-  void Hint(const std::vector<Config>& configs) override {
-    if (hint_ && !configs.empty()) hint_(configs);
-  }
 
  private:
   Problem problem_;
   Space space_;
   Measure measure_;
   Static observe_;
-  Hints hint_;
 };
 
 }  // namespace dr_kernel

@@ -461,30 +461,6 @@ std::optional<Config> Walk::JumpTarget() const {
   return best;
 }
 
-std::vector<Config> Walk::Likely(size_t k, const std::vector<Config>& except) const {
-  std::unordered_set<uint64_t> skip;
-  for (const Config& c : except) skip.insert(space_.Index(c));
-  std::vector<std::pair<double, uint64_t>> scored;
-  const auto& order = prior_->order;
-  int compared = 0;
-  for (size_t i = order_start_; i < order.size() && compared < kJumpCandidates && k > 0; ++i) {
-    const uint64_t index = order[i];
-    if (measured_.count(index) || skip.count(index) || StaticallyFails(index)) continue;
-    const Config c = space_.FromIndex(index);
-    if (Covered(c)) continue;
-    ++compared;
-    double mean = 0, std = 0, p_fail = 0;
-    Beliefs(index, space_.Encode(c), &mean, &std, &p_fail);
-    scored.emplace_back(JumpScore(mean, std, p_fail), index);
-  }
-  const size_t n = std::min(k, scored.size());
-  std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(n), scored.end());
-  std::vector<Config> out;
-  out.reserve(n);
-  for (size_t i = 0; i < n; ++i) out.push_back(space_.FromIndex(scored[i].second));
-  return out;
-}
-
 std::optional<Move> Walk::Resolve(int action) const {
   if (action == kJump) {
     auto target = JumpTarget();

@@ -288,9 +288,6 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // the prior worse than such a family's prior ranks (trust below climb_doubt, once at least
   // TrustConfig::min_pairs pairs of measurements whose times differ were compared: ties are no
   // evidence): a new shape can be as new to the model as a new family.
-  // What the session's compile stage may compile ahead of need, while the batch is measured: the
-  // configs the walk's next jumps would most likely measure (Walk::Likely); a replay ignores it.
-  const int64_t hint = options.Int("hint");
   const int64_t climb = options.Int("climb");
   bool unseen = prior->trust < agent::kSeenFamilyTrust;
   const double climb_doubt = options.Get("climb_doubt");
@@ -507,9 +504,6 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       switched = false;
     }
     if (evaluator.best() != nullptr) best_before = evaluator.best()->config;
-    // (Not with the last batch the budget allows: nothing would be asked for after it.)
-    if (hint > 0 && evaluator.evals_left() > static_cast<int64_t>(batch.size()))
-      evaluator.env().Hint(walks[0].Likely(static_cast<size_t>(hint), batch));
     const auto results = evaluator.Evaluate(batch, &why);
     if (climbing) ++stale_climbs;
     if (evaluator.best() != nullptr && (!best_before || !(evaluator.best()->config == *best_before))) stale_climbs = 0;
@@ -645,8 +639,6 @@ StrategyInfo PpoStrategy() {
            {"alike", "configs whose estimated registers per thread, shared memory and waves lie this close "
                      "(a kernel's width in doublings) count as near in the beliefs' local correction, whatever "
                      "their parameters (0: by parameters only; benchmarks/agent.md)", agent::kDefaultAlikeWidth},
-           {"hint", "with each batch, tell the environment this many configs the next jumps would most likely "
-                    "measure (an environment that compiles ahead of need starts on them; 0: none)", 4},
            {"climb_ridge", "1: in the climb, a neighbour that breaks the space's constraints is replaced by the most "
                            "promising valid config that also moves one other parameter one step (a block that may grow "
                            "only with its warps grows with them), and such a step that paid is taken again first "

@@ -668,60 +668,6 @@ TEST(PpoTest, WithStaticNoSessionMeasuresABinaryTwice) {
   EXPECT_GT(without, 0);
 }
 
-// A replay that keeps what the strategy hinted with each batch (Env::Hint), by the number of
-// configs measured before the hint.
-class HintedReplayEnv : public ReplayEnv {
- public:
-  using ReplayEnv::ReplayEnv;
-  void Hint(const std::vector<Config>& configs) override { hints.emplace_back(measured, configs); }
-  std::vector<Evaluation> Step(const std::vector<Config>& configs) override {
-    measured += configs.size();
-    return ReplayEnv::Step(configs);
-  }
-  size_t measured = 0;
-  std::vector<std::pair<size_t, std::vector<Config>>> hints;
-};
-
-TEST(PpoTest, EachBatchHintsTheJumpsLikelyNextAndTheHintsChangeNothingMeasured) {
-  // The causal attention as a family the agent has never seen (it climbs, and jumps once at a
-  // local optimum): a GPU session compiles the hinted configs while it measures the batch.
-  EnsureAgent();
-  ProblemTable causal = ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/attention_2x16x2048x128_causal_fp16.jsonl"})[0];
-  causal.problem.family = "unseen " + causal.problem.family;
-  int believed = 0, hinted = 0;
-  for (uint64_t seed = 0; seed < 5; ++seed) {
-    HintedReplayEnv env(causal);
-    Evaluator session(env, Budget{30});
-    RunStrategy("ppo", session, seed, {});
-    ReplayEnv plain_env(causal);
-    Evaluator plain(plain_env, Budget{30});
-    RunStrategy("ppo", plain, seed, {{"hint", 0}});
-    const auto& history = session.history();
-    ASSERT_EQ(history.size(), plain.history().size());
-    for (size_t i = 0; i < history.size(); ++i) EXPECT_EQ(history[i].config, plain.history()[i].config) << i;
-    std::map<size_t, std::vector<Config>> hint_after;  // Configs measured before a batch -> its hint.
-    for (const auto& [before, configs] : env.hints) {
-      EXPECT_EQ(configs.size(), 4u);
-      // Neither measured nor in the batch it came with (one config a round here).
-      for (const Config& c : configs)
-        for (size_t j = 0; j <= before && j < history.size(); ++j)
-          EXPECT_FALSE(history[j].config == c) << "hinted a measured config";
-      hint_after[before] = configs;
-    }
-    EXPECT_GE(env.hints.size(), history.size() - 1);
-    // A jump to the config believed fastest was hinted with the batch before it.
-    for (size_t i = 1; i < history.size(); ++i) {
-      if (history[i].why != "jump: believed fastest" || !hint_after.count(i - 1)) continue;
-      ++believed;
-      const auto& configs = hint_after[i - 1];
-      hinted += std::find(configs.begin(), configs.end(), history[i].config) != configs.end();
-    }
-  }
-  std::printf("jumps to the config believed fastest: %d, hinted the round before: %d\n", believed, hinted);
-  ASSERT_GT(believed, 10);
-  EXPECT_GE(2 * hinted, believed);
-}
-
 TEST(PpoTest, WithStaticTheSessionMeasuresNoNeighbourThatFailedToCompileWithinTheLimits) {
   // matmul 2048x1000x16384 (bf16) as a kernel the agent has never seen, on a device whose blocks
   // get at most 64 KB of shared memory (an sm_75's limit) where the agent learned the H200's 227 KB:

@@ -167,11 +167,6 @@ class Walk {
 
   // The config kJump would measure now, or nullopt when every config is measured.
   std::optional<Config> JumpTarget() const;
-  // Up to `k` untried configs that the walk's jumps would most likely measure next, the likeliest
-  // first: the best by a jump's score without its random part, among the prior's first untried
-  // configs, leaving out `except` (the batch about to be measured). Draws nothing from the walk's
-  // random stream.
-  std::vector<Config> Likely(size_t k, const std::vector<Config>& except) const;
   // How JumpTarget() chose its config: the prior's best guess (the first measurement), the most
   // promising by the beliefs (a Thompson-style draw), or a random draw (trust low).
   enum class JumpKind { kPriorBest, kBelieved, kRandom };
