@@ -11,6 +11,11 @@ no gain, and the option was removed; benchmarks/results/compile-wait-sim-hint.js
 
     .venv/bin/python benchmarks/compile_wait_sim.py [--workers 15] [--scale 1] [--json F] twins=1 twins=0
 
+An option that changes what the session is told (`static`, say) changes which configs it measures,
+and a problem's first call can then move by 2x either way through the configs' own load and launch
+seconds alone (`static=1 static=0`: 0.5-2.3x per problem, medians 3.19 and 2.36 s): compare medians
+over all problems, and per-evaluation waits, not single problems.
+
 The decisions are the shipped agent's (it trained on these tables: the evaluations are not a result
 here, only the waiting). The host's own search time (refits, the policy) is real, on this machine.
 """
