@@ -13,7 +13,7 @@ no gain, and the option was removed; benchmarks/results/compile-wait-sim-hint.js
 
 An option that changes what the session is told (`static`, say) changes which configs it measures,
 and a problem's first call can then move by 2x either way through the configs' own load and launch
-seconds alone (`static=1 static=0`: 0.5-2.3x per problem, medians 3.19 and 2.36 s): compare medians
+seconds alone (`static=1 static=0`: 0.45-2.3x per problem, medians 3.19 and 2.36 s): compare medians
 over all problems, and per-evaluation waits, not single problems.
 
 The decisions are the shipped agent's (it trained on these tables: the evaluations are not a result
