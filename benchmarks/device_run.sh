@@ -209,7 +209,7 @@ for step in "$@"; do
       sweep softmax_512x32000_fp16 softmax rows=512,cols=32000 fp16 80
       sweep rmsnorm_4096x4096_fp16 rmsnorm rows=4096,cols=4096 fp16 60
       sweep rmsnorm_16384x8192_bf16 rmsnorm rows=16384,cols=8192 bf16 60 ;;
-    sweeps-other-gpu-more)  # Seven more of them, first the four families without an analytic estimate (about 8 min).
+    sweeps-other-gpu-more)  # Seven more of them, first the four families without an analytic estimate (251 s on an H100).
       sweep layernorm_3001x5120_bf16 layernorm rows=3001,cols=5120 bf16 60
       sweep cross_entropy_8192x32000_fp16 cross_entropy tokens=8192,vocab=32000 fp16 60
       sweep cumsum_8192x4096_bf16 cumsum rows=8192,cols=4096 bf16 50
