@@ -7,7 +7,10 @@ are not scaled) and figures are given back in recorded seconds. It compares valu
 each problem with the same session seed for each value: what a change to what the session asks for
 or compiles ahead does to the waiting. (It measured ppo's `hint` of the first session of
 2026-12-06, the configs its next jumps would likely measure compiled while the batch was measured:
-no gain, and the option was removed; benchmarks/results/compile-wait-sim-hint.json.)
+no gain, and the option was removed; benchmarks/results/compile-wait-sim-hint.json. Nor did the
+session's polling its compile pool while the GPU measured, tried in the second session of
+2026-12-06: 104 of the 127 configs not ready when asked for were already compiling, not queued;
+benchmarks/results/compile-wait-sim-polls.json.)
 
     .venv/bin/python benchmarks/compile_wait_sim.py [--workers 15] [--scale 1] [--json F] twins=1 twins=0
 
