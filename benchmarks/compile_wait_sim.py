@@ -68,9 +68,10 @@ def key(config: dict) -> str:
 
 
 def session(table, workers: int, scale: float, seed: int, options: dict) -> dict:
-    rows = {key(c): m for c, m in table.rows()}
+    recorded = table.rows()
+    rows = {key(c): m for c, m in recorded}
     params: dict[str, set] = {}
-    for config, _ in table.rows():
+    for config, _ in recorded:
         for name, value in config.items():
             params.setdefault(name, set()).add(value)
     space = make_space({name: sorted(values) for name, values in params.items()})
