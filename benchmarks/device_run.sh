@@ -105,9 +105,10 @@ for step in "$@"; do
         > "$work/ops.log" 2>&1
       echo "ops: rc $? after $(elapsed) s"; grep -v Warning "$work/ops.log" | tail -45
       pack ;;
-    persistent)  # Issue 11: a persistent tile schedule against the built-in matmul, same tiles.
-      timeout -k 10 "${PERSISTENT_TIMEOUT:-150}" python3 benchmarks/persistent_probe.py --out "$work/persistent" \
-        > "$work/persistent.log" 2>&1
+    persistent)  # Issue 11: persistent tile schedules (pointer loads; TMA, C whole or in halves, flattened or
+      # not) and the TMA kernel against the built-in matmul and cuBLAS, same tiles; rows kept per problem.
+      timeout -k 10 "${PERSISTENT_TIMEOUT:-420}" python3 benchmarks/persistent_probe.py --out "$work/persistent" \
+        ${PERSISTENT_VARIANTS:+--variants "$PERSISTENT_VARIANTS"} > "$work/persistent.log" 2>&1
       echo "persistent: rc $? after $(elapsed) s"; grep -v Warning "$work/persistent.log" | tail -40
       pack ;;
     opsprofile)  # Where a dr_kernel.ops call's host time goes.

@@ -1,14 +1,21 @@
-"""What a persistent tile schedule would gain over the built-in matmul (issue 11), before it is a
-variant the search tunes: on the H200, for a few tile configs per problem, the built-in kernel (as
-dr_kernel launches it: the aligned-rows variant where it applies) against the same tiles in a
-persistent kernel (one program per SM walking the tiles, its K loop and its tile loop flattened so
-the compiler can overlap one tile's epilogue with the next one's loads), and torch.matmul.
+"""What a persistent tile schedule gains over the built-in matmul (issue 11), before it is a
+variant the search tunes: for a few tile configs per problem, on the GPU lent, the built-in
+kernel (as dr_kernel launches it: the aligned-rows variant where it applies), the same tiles as
+variants of it, and torch.matmul (cuBLAS):
+
+- `pointer_persistent`: one program per SM walking the tiles, loads through pointers, its tile
+  loop and K loop flattened (the probe of the second session of 2026-12-03: 1.7-2.7x slower);
+- `tma`: matmul_tma_kernel (TMA = 1), one program per tile, A, B and C behind tensor descriptors;
+- `tma_persistent`, `tma_persistent_halves`, `tma_persistent_halves_unflattened`:
+  matmul_tma_persistent_kernel with C stored whole or in two halves, with and without the tile
+  loop flattened into the K loop.
 
     python benchmarks/persistent_probe.py --out DIR            # on the GPU
-    python benchmarks/persistent_probe.py --out DIR --interpret  # the kernel's results on the CPU
+    python benchmarks/persistent_probe.py --out DIR --interpret  # the kernels' results on the CPU
 
-Times are do_bench medians (L2 cleared before each launch); every persistent result is checked
-against torch's in fp32 first. The rows decide whether the variant is worth the search's time.
+Times are do_bench medians (L2 cleared before each launch); every variant's result is checked
+against torch's in fp32 first (`relerr`), and a variant that fails is a row with its error. The
+rows decide whether the variants are worth the search's time.
 """
 
 from __future__ import annotations
@@ -27,13 +34,16 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from dr_kernel.kernels.matmul import _grouped_tile  # noqa: E402
 
-PROBLEMS = [  # (M, N, K, dtype): the shapes the built-in kernel loses on, and regular ones.
+PROBLEMS = [  # (M, N, K, dtype): the shapes the built-in kernel loses on, short K, and regular ones.
     (3000, 5000, 1000, "fp16"), (6144, 1000, 2048, "bf16"), (1000, 1000, 1000, "fp16"),
+    (1024, 1024, 1024, "fp16"), (8192, 8192, 1024, "fp16"), (4096, 4096, 512, "bf16"),
     (2048, 2048, 2048, "bf16"), (4096, 4096, 4096, "fp16"), (8192, 8192, 4096, "bf16"),
 ]
 TILES = [  # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages
-    (128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 5), (128, 256, 64, 8, 3), (64, 128, 64, 4, 4),
+    (128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (64, 128, 64, 4, 4),
 ]
+VARIANTS = ["built_in", "pointer_persistent", "tma", "tma_persistent", "tma_persistent_halves",
+            "tma_persistent_halves_unflattened"]
 
 
 @triton.jit
@@ -78,24 +88,52 @@ def persistent(a, b, c, config, programs):
                                    num_warps=warps, num_stages=stages)
 
 
+def tma_persistent(a, b, c, config, programs, halves: int, flatten: bool):
+    from dr_kernel.kernels.base import cdiv, ensure_allocator
+    from dr_kernel.kernels.matmul import matmul_tma_persistent_kernel
+
+    M, K = a.shape
+    N = b.shape[1]
+    bm, bn, bk, warps, stages = config
+    grid = (min(programs, cdiv(M, bm) * cdiv(N, bn)),)
+    ensure_allocator()
+    matmul_tma_persistent_kernel[grid](a, b, c, M, N, K, grid[0], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                                       EPILOGUE_HALVES=halves, FLATTEN=flatten, num_warps=warps, num_stages=stages)
+
+
+def _launcher(matmul, variant: str, programs: int):
+    """(a, b, c, config) -> launches the variant's kernel with the tile config."""
+    def built_in(a, b, c, config, tma=0):
+        bm, bn, bk, warps, stages = config
+        matmul.launch({"a": a, "b": b, "c": c}, {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+                                                  "num_warps": warps, "num_stages": stages, "TMA": tma})
+
+    return {
+        "built_in": built_in,
+        "pointer_persistent": lambda a, b, c, config: persistent(a, b, c, config, programs),
+        "tma": lambda a, b, c, config: built_in(a, b, c, config, tma=1),
+        "tma_persistent": lambda a, b, c, config: tma_persistent(a, b, c, config, programs, 1, True),
+        "tma_persistent_halves": lambda a, b, c, config: tma_persistent(a, b, c, config, programs, 2, True),
+        "tma_persistent_halves_unflattened": lambda a, b, c, config: tma_persistent(a, b, c, config, programs, 2,
+                                                                                    False),
+    }[variant]
+
+
 def _bench(fn, *args) -> float:
     return triton.testing.do_bench(lambda: fn(*args), return_mode="median")
 
 
-def _measure(matmul, a, b, expected, config, programs: int, timed: bool) -> dict:
-    """One tile config: the persistent kernel's error against fp32, then both kernels' times."""
+def _measure(launch, a, b, expected, config, timed: bool) -> dict:
+    """One variant on one tile config: its error against fp32, then its time."""
     import torch
 
-    c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+    c = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device, dtype=a.dtype)
     entry = {"config": config}
     try:
-        persistent(a, b, c, config, programs)
+        launch(a, b, c, config)
         entry["relerr"] = ((c.float() - expected).norm() / expected.norm()).item()
         if timed:
-            built_in = {"BLOCK_M": config[0], "BLOCK_N": config[1], "BLOCK_K": config[2], "GROUP_M": 8,
-                        "num_warps": config[3], "num_stages": config[4]}
-            entry["built_in_ms"] = _bench(matmul.launch, {"a": a, "b": b, "c": c}, built_in)
-            entry["persistent_ms"] = _bench(persistent, a, b, c, config, programs)
+            entry["ms"] = _bench(launch, a, b, c, config)
     except Exception as e:  # noqa: BLE001 -- a config that fails is a row, not the end.
         entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     return entry
@@ -105,6 +143,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--interpret", action="store_true", help="small problems on the CPU, results only")
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -116,20 +155,28 @@ def main() -> int:
     problems = [(40, 72, 48, "fp16"), (33, 40, 64, "fp16")] if args.interpret else PROBLEMS
     tiles = [(16, 32, 16, 4, 2)] if args.interpret else TILES
     programs = 3 if args.interpret else torch.cuda.get_device_properties(0).multi_processor_count
+    variants = args.variants.split(",")
     rows = []
     for M, N, K, dtype in problems:
         a = torch.randn(M, K, device=device, dtype=torch_dtype(dtype))
         b = torch.randn(K, N, device=device, dtype=torch_dtype(dtype))
         expected = torch.matmul(a.float(), b.float())
-        row = {"M": M, "N": N, "K": K, "dtype": dtype, "configs": []}
+        row = {"M": M, "N": N, "K": K, "dtype": dtype, "programs": programs, "configs": []}
         if not args.interpret:
             row["torch_ms"] = _bench(torch.matmul, a, b)
-        for config in tiles:
-            entry = _measure(matmul, a, b, expected, config, programs, timed=not args.interpret)
-            row["configs"].append(entry)
-            print(json.dumps({"problem": (M, N, K, dtype), **entry}), flush=True)
+        for variant in variants:
+            for config in tiles:
+                entry = {"variant": variant, **_measure(_launcher(matmul, variant, programs), a, b, expected,
+                                                        config, timed=not args.interpret)}
+                row["configs"].append(entry)
+                print(json.dumps({"problem": (M, N, K, dtype), **entry}), flush=True)
         rows.append(row)
-    (args.out / "persistent.json").write_text(json.dumps(rows, indent=1))
+        (args.out / "persistent.json").write_text(json.dumps(rows, indent=1))  # Each problem kept as it ends.
+    for row in rows:  # Best ms per variant, and torch's.
+        best = {v: min((e["ms"] for e in row["configs"] if e["variant"] == v and "ms" in e), default=None)
+                for v in variants}
+        print(json.dumps({"problem": (row["M"], row["N"], row["K"], row["dtype"]), "torch_ms": row.get("torch_ms"),
+                          "best_ms": best}), flush=True)
     return 0
 
 

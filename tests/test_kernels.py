@@ -181,6 +181,39 @@ def test_the_tma_matmul_kernel_copies_tiles_through_descriptors_and_refuses_unal
         matmul.compile_source({"M": 64, "N": 4095, "K": 4096}, "fp16", config)
 
 
+def test_the_persistent_tma_matmul_kernel_walks_tiles_in_one_pipelined_loop_and_is_searched_on_hopper():
+    from dr_kernel.analysis import A100, H200, compile_kernel
+    from dr_kernel.kernels.matmul import PERSISTENT_RULE, matmul_tma_persistent_kernel
+
+    matmul = BUILTINS["matmul"]
+    config = matmul.check_config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
+                                  "num_stages": 4, "TMA": 2})
+    shape = {"M": 3000, "N": 5000, "K": 1000}  # K a multiple of 8, not of 16 or of BLOCK_K.
+    assert matmul.fn_for(config, shape) is matmul_tma_persistent_kernel
+    source = matmul.compile_source(shape, "fp16", config)
+    compiled, _ = compile_kernel(matmul_tma_persistent_kernel, *source, {"num_warps": 8, "num_stages": 4})
+    signature, constexprs, attrs = source
+    whole, _ = compile_kernel(matmul_tma_persistent_kernel, signature, {**constexprs, "EPILOGUE_HALVES": 1}, attrs,
+                              {"num_warps": 8, "num_stages": 4})
+    ptx = compiled.asm["ptx"]
+    assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx and "cp.async.cg" not in ptx
+    # C's staging buffer cannot reuse the pipeline's (the next tile's copies are in flight while it
+    # is stored): in two halves, four stages of 128x64 and 64x256 tiles and it fit in an H200's
+    # 227 KB; whole, they do not (the H100 run refused that config for shared memory).
+    assert compiled.metadata.shared <= H200.shared_per_block < whole.metadata.shared
+    # The program count is a plain argument, not specialised: one binary for every GPU's SM count.
+    assert source[0]["programs"] == "i32" and (6,) not in source[2]
+    # A live tuning on Hopper searches it beside the pointer kernels, on tiles of one or two
+    # warpgroups, never split; before compute capability 9.0, or with rows not 16-byte aligned, not.
+    live = list(matmul.space_for(shape, H200).configs())
+    persistent = [c for c in live if c["TMA"] == 2]
+    assert {c["TMA"] for c in live} == {0, 2} and PERSISTENT_RULE
+    assert persistent and all(c["SPLIT_K"] == 1 and c["BLOCK_M"] >= 64 and c["BLOCK_N"] >= 64
+                              and c["num_warps"] >= 4 for c in persistent)
+    assert {c["TMA"] for c in matmul.space_for(shape, A100).configs()} == {0}
+    assert {c["TMA"] for c in matmul.space_for({"M": 3000, "N": 5001, "K": 1000}, H200).configs()} == {0}
+
+
 def test_a_live_attention_tuning_on_hopper_searches_the_tma_kernel_on_the_tiles_it_was_measured_on():
     from dr_kernel.analysis import A100, H200
 
@@ -199,15 +232,15 @@ def test_a_live_attention_tuning_on_hopper_searches_the_tma_kernel_on_the_tiles_
 
 
 def test_a_live_matmul_tuning_adds_splits_of_k_where_tiles_leave_sms_idle_and_leaves_out_spilling_accumulators():
-    from dr_kernel.analysis import H200
+    from dr_kernel.analysis import A100, H200
     from dr_kernel.kernels.base import cdiv
 
     matmul = BUILTINS["matmul"]
     recorded = matmul.search_space()
     # 4096³ has at least 256 tiles (256×256) for 132 SMs: no split; the recorded space less the
     # configs whose accumulator alone needs more than 128 registers a thread (they spill).
-    big = matmul.space_for({"M": 4096, "N": 4096, "K": 4096}, H200)
-    assert {c["SPLIT_K"] for c in big.configs()} == {1}
+    big = matmul.space_for({"M": 4096, "N": 4096, "K": 4096}, A100)
+    assert {c["SPLIT_K"] for c in big.configs()} == {1} and {c["TMA"] for c in big.configs()} == {0}
     spilling = [c for c in recorded.configs() if c["BLOCK_M"] * c["BLOCK_N"] > 128 * 32 * c["num_warps"]]
     assert big.count_valid() == recorded.count_valid() - len(spilling) and len(spilling) == 240
     assert not big.is_valid({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 2,
@@ -215,7 +248,7 @@ def test_a_live_matmul_tuning_adds_splits_of_k_where_tiles_leave_sms_idle_and_le
     # 512×512×32768 has 16 tiles of 128×128: splits up to 16, each config within two programs per
     # SM and two K iterations per split; the recorded configs but the spilling ones still there.
     deep = matmul.space_for({"M": 512, "N": 512, "K": 32768}, H200)
-    configs = list(deep.configs())
+    configs = [c for c in deep.configs() if c["TMA"] == 0]
     assert {c["SPLIT_K"] for c in configs} == {1, 2, 4, 8, 16}
     assert sum(c["SPLIT_K"] == 1 for c in configs) == 1440 - 240
     for c in configs:
@@ -226,7 +259,7 @@ def test_a_live_matmul_tuning_adds_splits_of_k_where_tiles_leave_sms_idle_and_le
                               "num_stages": 3, "SPLIT_K": 2})  # 256 tiles: one program per SM already.
     # A GPU with fewer SMs has less room for a split.
     small = dataclasses.replace(H200, sm_count=16)
-    assert matmul.space_for({"M": 512, "N": 512, "K": 32768}, small).count_valid() < len(configs)
+    assert matmul.space_for({"M": 512, "N": 512, "K": 32768}, small).count_valid() < deep.count_valid()
     # Other families search their own space whatever the problem.
     assert BUILTINS["softmax"].space_for({"rows": 8, "cols": 1024}).count_valid() == \
         BUILTINS["softmax"].search_space().count_valid()
@@ -374,7 +407,14 @@ INTERPRETER_CASES = {
                                                "num_warps": 4, "num_stages": 2, "SPLIT_K": 16}),
                # The TMA kernel: tiles past every edge (M 40 of 48, N 72 of 96, K 56 of 64), grouped.
                ({"M": 40, "N": 72, "K": 56}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2,
-                                               "num_warps": 4, "num_stages": 3, "TMA": 1})],
+                                               "num_warps": 4, "num_stages": 3, "TMA": 1}),
+               # The persistent TMA kernel: 4 programs for 9 tiles (some take three, some two),
+               # tiles past every edge, C stored in halves of 16 columns, grouped order.
+               ({"M": 40, "N": 72, "K": 56}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2,
+                                               "num_warps": 4, "num_stages": 3, "TMA": 2}),
+               # Fewer tiles than programs: one tile, K of one short iteration.
+               ({"M": 8, "N": 24, "K": 8}, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8,
+                                             "num_warps": 4, "num_stages": 2, "TMA": 2})],
     "softmax": [({"rows": 5, "cols": 300}, {"BLOCK": 128, "num_warps": 4, "num_stages": 1}),
                 ({"rows": 3, "cols": 100}, {"BLOCK": 256, "num_warps": 1, "num_stages": 2})],
     "attention": [({"Z": 1, "H": 2, "N_CTX": 40, "HEAD_DIM": 16, "CAUSAL": False},

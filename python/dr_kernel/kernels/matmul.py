@@ -17,6 +17,11 @@ its loads and stores are as wide as the rows' alignment allows; Triton's launch 
 divisibility by 16, and the recorded kernel loads such rows one element at a time. The bundled
 table of such a shape (matmul_2048x1000x16384_bf16) is this kernel's: re-recorded whole on the
 H200 on 2026-12-05 (its best config 3.7x faster than the recorded kernel's).
+
+TMA picks the loads: 0 through pointers (the kernels above), 1 matmul_tma_kernel (one program per
+tile, A, B and C behind tensor descriptors), 2 matmul_tma_persistent_kernel (the same copies, one
+program per SM walking its share of the tiles in one software-pipelined loop). A live tuning on
+Hopper searches 0 and 2.
 """
 
 from __future__ import annotations
@@ -155,6 +160,44 @@ def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
 
 
+@triton.jit(do_not_specialize=["programs"])
+def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, programs,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                 GROUP_M: tl.constexpr, EPILOGUE_HALVES: tl.constexpr, FLATTEN: tl.constexpr):
+    # matmul_tma_kernel's tiles on a fixed set of `programs` programs (one per SM), each taking
+    # tiles program_id, program_id + programs, ... in the grouped order. With FLATTEN the
+    # tile loop and the K loop become one software-pipelined loop, so that the next tile's first
+    # copies are in flight while this tile's result is converted and stored: the pipeline fills
+    # once per program instead of once per tile, which is most of a tile's time when K is short
+    # (K = 1000: 16 iterations of 64). EPILOGUE_HALVES stores C's tile as two halves of
+    # BLOCK_N / 2 columns, so the staging buffer of the store is half as large.
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    iters = tl.cdiv(K, BLOCK_K)
+    a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, [K, N], [N, 1], [BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, [M, N], [N, 1], [BLOCK_M, BLOCK_N // EPILOGUE_HALVES])
+    # The epilogue finds its tile from a counter of its own rather than from the values the top of
+    # the loop computed: Triton's own persistent matmul does the same, around a pipelining bug
+    # (Blackwell's) with a value used on both sides of a flattened loop; a few integer operations
+    # a tile cost nothing here.
+    done = tl.program_id(0) - programs
+    for tile in tl.range(tl.program_id(0), tiles, programs, flatten=FLATTEN):
+        pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, iters):
+            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+            b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
+            acc = tl.dot(a, b, acc)
+        done += programs
+        out_m, out_n = _grouped_tile(done, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        if EPILOGUE_HALVES == 2:
+            left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            c_desc.store([out_m * BLOCK_M, out_n * BLOCK_N], left.to(c_ptr.dtype.element_ty))
+            c_desc.store([out_m * BLOCK_M, out_n * BLOCK_N + BLOCK_N // 2], right.to(c_ptr.dtype.element_ty))
+        else:
+            c_desc.store([out_m * BLOCK_M, out_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+
+
 def row_alignment(*sizes: int) -> int:
     """The largest power of two up to 16 that divides every one of `sizes` (elements)."""
     align = 16
@@ -186,7 +229,7 @@ def _variant(config, shape):
     if config.get("SPLIT_K", 1) > 1:
         return matmul_splitk_kernel
     if config.get("TMA", 0):
-        return matmul_tma_kernel
+        return matmul_tma_persistent_kernel if config["TMA"] == 2 else matmul_tma_kernel
     return matmul_aligned_kernel if _aligned(shape) else matmul_kernel
 
 
@@ -199,23 +242,37 @@ def _variant(config, shape):
 ACCUMULATOR_RULE = "BLOCK_M * BLOCK_N <= 128 * 32 * num_warps"
 
 
+# Where a live tuning on Hopper adds the persistent TMA kernel (TMA = 2): tiles of at least 64×64
+# for one or two warpgroups, never split. On an H100 (benchmarks/persistent_probe.py, third
+# session of 2026-12-06 in docs/gpu-notes.md) its best (C in halves, loops flattened: the
+# variant kept) beat the built-in kernel's best on the same five tiles by 1.06-1.16x on the
+# short-K and large problems (3000×5000×1000, 6144×1000×2048, 8192×8192×1024, 4096×4096×512,
+# 8192×8192×4096), by 1.01x on 4096³, and lost by 1.07-1.29x on the small ones (1000³, 1024³,
+# 2048³), so it is a choice per problem, not a replacement.
+PERSISTENT_RULE = "TMA == 0 or (SPLIT_K == 1 and BLOCK_M >= 64 and BLOCK_N >= 64 and num_warps >= 4)"
+
+
 def _problem_space(shape, limits):
     """The space a tuning of `shape` searches: the recorded one without the configs that break
-    ACCUMULATOR_RULE, plus the splits of K that can pay. A split pays only while the programs do
-    not fill the GPU: a config with SPLIT_K = s is kept when its tiles times s stay within two
-    programs per SM (so that the split of s / 2 left SMs idle) and each split keeps at least two
-    iterations of its K loop. Where no tile of the space leaves room for a split (4096³: 256
-    tiles of 256×256), SPLIT_K stays 1."""
+    ACCUMULATOR_RULE, plus the splits of K that can pay, plus on compute capability 9.0 and later
+    (N and K multiples of 8) the persistent TMA kernel on the tiles of PERSISTENT_RULE. A split
+    pays only while the programs do not fill the GPU: a config with SPLIT_K = s is kept when its
+    tiles times s stay within two programs per SM (so that the split of s / 2 left SMs idle) and
+    each split keeps at least two iterations of its K loop. Where no tile of the space leaves room
+    for a split (4096³: 256 tiles of 256×256), SPLIT_K stays 1."""
     M, N, K = shape["M"], shape["N"], shape["K"]
     room = 2 * limits.sm_count
     tiles = min(cdiv(M, m) * cdiv(N, n) for m in KERNEL.space["BLOCK_M"] for n in KERNEL.space["BLOCK_N"])
     splits = [s for s in SPLIT_K_VALUES if s == 1 or (tiles * s <= room and K >= 2 * s * min(KERNEL.space["BLOCK_K"]))]
-    constraints = [*KERNEL.constraints, ACCUMULATOR_RULE]
+    space, constraints = dict(KERNEL.space), [*KERNEL.constraints, ACCUMULATOR_RULE]
+    if limits.arch >= 90 and N % 8 == 0 and K % 8 == 0:
+        space["TMA"] = [0, 2]
+        constraints.append(PERSISTENT_RULE)
     if splits == [1]:
-        return dict(KERNEL.space), constraints
+        return space, constraints
     rule = (f"SPLIT_K == 1 or ((({M} + BLOCK_M - 1) // BLOCK_M) * (({N} + BLOCK_N - 1) // BLOCK_N) * SPLIT_K "
             f"<= {room} and {K} >= 2 * SPLIT_K * BLOCK_K)")
-    return {**KERNEL.space, "SPLIT_K": splits}, [*constraints, rule]
+    return {**space, "SPLIT_K": splits}, [*constraints, rule]
 
 
 def _problem(inputs):
@@ -224,7 +281,11 @@ def _problem(inputs):
 
 def _kernel_config(config):
     # matmul_kernel has no SPLIT_K or TMA parameter: a config of 1 and 0 launches it as recorded.
-    return {k: v for k, v in config.items() if (k != "SPLIT_K" or v > 1) and k != "TMA"}
+    # TMA = 2 is the persistent kernel as measured best: C stored in halves, the loops flattened.
+    out = {k: v for k, v in config.items() if (k != "SPLIT_K" or v > 1) and k != "TMA"}
+    if config.get("TMA", 0) == 2 and config.get("SPLIT_K", 1) == 1:
+        out.update(EPILOGUE_HALVES=2, FLATTEN=True)
+    return out
 
 
 def _arguments(shape, dtype, config):
@@ -232,8 +293,10 @@ def _arguments(shape, dtype, config):
     # allocates them; the unit strides therefore compile as the constant 1.
     if config.get("TMA", 0) and config.get("SPLIT_K", 1) == 1:  # As _variant: a split takes precedence.
         _check_tma(shape["N"], shape["K"])
+        # The persistent kernel's program count is not specialised on: any count compiles alike.
+        programs = {"programs": 132} if config["TMA"] == 2 else {}
         return {"a_ptr": Pointer(dtype), "b_ptr": Pointer(dtype), "c_ptr": Pointer(dtype),
-                "M": shape["M"], "N": shape["N"], "K": shape["K"], **_kernel_config(config)}
+                "M": shape["M"], "N": shape["N"], "K": shape["K"], **programs, **_kernel_config(config)}
     if config.get("SPLIT_K", 1) > 1:
         return aligned_arguments(shape, dtype, config, row_alignment(shape["N"], shape["K"]))
     align = _aligned(shape)
@@ -260,7 +323,7 @@ def aligned_arguments(shape, dtype, config, align):
 
 def _check_tma(N: int, K: int) -> None:
     if N % 8 or K % 8:
-        raise ValueError(f"matmul with TMA = 1 needs N and K multiples of 8 (rows 16-byte aligned), not N={N}, "
+        raise ValueError(f"matmul with TMA = 1 or 2 needs N and K multiples of 8 (rows 16-byte aligned), not N={N}, "
                          f"K={K}: search TMA = 0 for this problem")
 
 
@@ -284,8 +347,11 @@ def _launch(fn, inputs, config):
     if config.get("TMA", 0) and split == 1:
         _check_tma(N, K)
         assert a.stride() == (K, 1) and b.stride() == (N, 1) and c.stride() == (N, 1), \
-            "matmul with TMA = 1 takes contiguous row-major A, B and C"
+            "matmul with TMA = 1 or 2 takes contiguous row-major A, B and C"
         ensure_allocator()
+        if config["TMA"] == 2:  # One program per SM at most, each walking its share of the tiles.
+            programs = min(grid[0], _programs(a.device))
+            return fn[(programs,)](a, b, c, M, N, K, programs, **_kernel_config(config))
         return fn[grid](a, b, c, M, N, K, **_kernel_config(config))
     if split > 1:
         c.zero_()  # The partial sums are added into C: part of the launch, and of its time.
@@ -298,6 +364,21 @@ def _launch(fn, inputs, config):
                         ALIGN=align, **_kernel_config(config))
     return fn[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                     c.stride(0), c.stride(1), **_kernel_config(config))
+
+
+_SM_COUNTS: dict = {}
+
+
+def _programs(device) -> int:
+    """The persistent kernel's program count on `device`: its SM count (4 in the interpreter, whose
+    programs run one after another: enough to give each program several tiles)."""
+    if device.type != "cuda":
+        return 4
+    if device not in _SM_COUNTS:
+        import torch
+
+        _SM_COUNTS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SM_COUNTS[device]
 
 
 def _reference(inputs):
@@ -335,7 +416,8 @@ KERNEL = BuiltinKernel(
         # searched only where a space lists it (--space '{..., "TMA": [0, 1]}', with SPLIT_K 1):
         # on the H200 its best was 0.96-1.00x the recorded kernel's on the same 24 tiles of three
         # large problems (benchmarks/device_run.sh sweeps-mm-tma, docs/benchmarks.md), so a live
-        # tuning does not add it.
+        # tuning does not add it. 2 launches matmul_tma_persistent_kernel, which a live tuning on
+        # Hopper adds (_problem_space, PERSISTENT_RULE).
         "TMA": [0],
     },
     # Configs written before SPLIT_K and TMA existed (the recorded tables, users' --config) mean
