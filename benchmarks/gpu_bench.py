@@ -245,7 +245,9 @@ def run_problem(name: str, args, store) -> dict:
     def strategy_defaults(strategy: str) -> dict:
         return {name: default for name, _, default in {s[0]: s for s in _core.strategies()}[strategy][2]}
 
-    space = make_space({k: v[:2] for k, v in kernel.space.items()}) if smoke else None
+    values, constraints = (({k: v[:2] for k, v in kernel.space.items()}, []) if smoke
+                           else kernel.space_parts(shape, limits))
+    space = make_space(values, constraints=constraints)
     sessions = {}
     for stop in args.stops.split(","):
         use_cache(args.cache, name, "dr_kernel" if stop == "auto" else f"dr_kernel_{stop}")
@@ -267,6 +269,9 @@ def run_problem(name: str, args, store) -> dict:
             # space's size).
             "options": {**strategy_defaults(args.strategy), **session.strategy_options},
             "options_as_run": True,
+            # The space searched (the kernel's space for this problem on this GPU, which changes
+            # between versions): session_replay.py searches it again.
+            "space": {"values": values, "constraints": constraints},
             "spare_head_start_s": head_start,
             "evaluations": session.evaluations,
             "measured": session.measured, "refused": session.refused, "copied": session.copied,

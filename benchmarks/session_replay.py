@@ -28,7 +28,9 @@ with all options as run (`options_as_run`). A session that asked the compile sta
 it had not measured (`static`) was told what had compiled by then, which depends on timing: it
 replays exactly from rows that keep those answers (`observed`, since the fifth session of
 2026-12-05), and leaves the recorded path early from rows that ran with `static` before them
-(`h100-2026-12-05/bench-auto`).
+(`h100-2026-12-05/bench-auto`). Rows record the space they searched since the third session of
+2026-12-06; older ones replay in today's space less the values added since (SPACE_ADDED), or with
+--current-space in today's whole.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ SIZED_OPTIONS = ("refit", "doubt_refit")
 # behaviour before them: a row without one ran without it.
 ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0, "second_opinion": 0.0, "binaries": 0.0, "twins": 0.0,
                  "twin_after": 0.0, "alike": 0.0}
+
+
+# Values added to a kernel's live space since the first recorded sessions, which rows without a
+# record of their space did not search: matmul's persistent TMA kernel (third session of 2026-12-06).
+SPACE_ADDED = {"matmul": {"TMA": [2]}}
 
 
 class LeftThePath(Exception):
@@ -113,8 +120,26 @@ def fill_times(runs: list[Path]) -> dict[str, dict[tuple, dict]]:
     return out
 
 
+def searched_space(row: dict, kernel, limits, current: bool = False):
+    """The space the recorded session searched: the row's record of it (since the third session of
+    2026-12-06); for older rows the kernel's space today but for the values added since
+    (SPACE_ADDED), or with `current` today's whole (rows recorded by code that had them but did not
+    record its space yet: `h100-2026-12-06c/bench-auto`)."""
+    from dr_kernel.space import make_space
+
+    recorded = row["dr_kernel"].get("space")
+    if recorded:
+        return make_space(recorded["values"], constraints=recorded["constraints"])
+    values, constraints = kernel.space_parts(row["shape"], limits)
+    if not current:
+        for name, added in SPACE_ADDED.get(kernel.name, {}).items():
+            if name in values:
+                values[name] = [v for v in values[name] if v not in added]
+    return make_space(values, constraints=constraints)
+
+
 def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict], fill: dict[tuple, dict] | None = None,
-           trace: bool = False) -> dict:
+           trace: bool = False, current_space: bool = False) -> dict:
     from dr_kernel.analysis import H200
     from dr_kernel.kernels import get
     from dr_kernel.session import builtin_problem, run_session
@@ -123,7 +148,7 @@ def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict], fill:
     session = row["dr_kernel"]
     recorded = {tuple(sorted(h["config"].items())): h for h in session["history"]}
     kernel = get(row["kernel"])
-    space = kernel.space_for(row["shape"], H200)
+    space = searched_space(row, kernel, H200, current_space)
     problem = builtin_problem(kernel, row["shape"], row["dtype"], row["device"])
     asked: list[int] = [0]
     filled: list[int] = [0]
@@ -192,6 +217,8 @@ def main() -> None:
     p.add_argument("--trace", action="store_true", help="print every measurement the replayed session asks for")
     p.add_argument("--agent", type=Path, help="the agent the runs were recorded with, if not the shipped one: a folder "
                                               "of policy.bin and cost_model.bin (or .bin.xz)")
+    p.add_argument("--current-space", action="store_true",
+                   help="rows that do not record their space searched today's whole (see searched_space)")
     args = p.parse_args()
     if args.agent:
         use_agent(args.agent)
@@ -213,7 +240,7 @@ def main() -> None:
             best = min((h["ms"] for h in history if h["status"] == "ok"), default=math.nan)
             if args.trace:
                 print(f"  {row['problem']}:")
-            r = replay(row, options, args.stop, static, fill.get(row["problem"]), args.trace)
+            r = replay(row, options, args.stop, static, fill.get(row["problem"]), args.trace, args.current_space)
             if "left_at" in r:
                 left += 1
                 unrecorded = (row["dr_kernel"].get("options") or {}).get("static", 0) > 0 and \

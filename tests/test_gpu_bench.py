@@ -116,6 +116,8 @@ def test_smoke_runs_the_whole_flow_on_the_cpu_writes_results_and_resumes(tmp_pat
     result = json.loads((tmp_path / "matmul-4096x4095x4096.json").read_text())
     dr = result["dr_kernel"]
     assert dr["evaluations"] == 3 and dr["statuses"].get("ok", 0) >= 1 and dr["relerr"] < 2e-2
+    # The space searched, for session_replay.py: the smoke space, two values of each parameter.
+    assert dr["space"]["values"] == {k: v[:2] for k, v in BUILTINS["matmul"].space.items()}
     assert result["autotune"]["configs"] == 8 and result["autotune"]["relerr"] < 2e-2
     assert all(result[k]["ms"] > 0 for k in ("dr_kernel", "autotune", "torch"))
     launch = json.loads((tmp_path / "launch-overhead.json").read_text())
@@ -166,6 +168,31 @@ def test_session_replay_ends_a_recorded_h200_session_where_a_stop_rule_would_hav
         from dr_kernel import load_agent
 
         load_agent()  # The shipped agent, for the tests after this one.
+
+
+def test_session_replay_searches_the_space_a_row_records_and_older_rows_the_space_they_ran_in():
+    """A kernel's live space changes between versions (matmul's persistent TMA kernel joined
+    Hopper's in the third session of 2026-12-06): rows record the space they searched, and
+    session_replay.py rebuilds older rows' without the values added since, or today's whole when
+    told (--current-space)."""
+    from dr_kernel.analysis import H200
+
+    replay = load("session_replay")
+    matmul = BUILTINS["matmul"]
+    shape = {"M": 8, "N": 8192, "K": 8192}
+    row = {"kernel": "matmul", "shape": shape, "dr_kernel": {}}
+    today = matmul.space_for(shape, H200)
+    older = replay.searched_space(row, matmul, H200)
+    assert {c["TMA"] for c in today.configs()} == {0, 2}
+    assert {c["TMA"] for c in older.configs()} == {0}
+    assert older.count_valid() == sum(c["TMA"] == 0 for c in today.configs())
+    assert replay.searched_space(row, matmul, H200, current=True).count_valid() == today.count_valid()
+    # A row that records its space is replayed in it, whatever the code's space is today.
+    values, constraints = matmul.space_parts(shape, H200)
+    assert values["TMA"] == [0, 2] and constraints[-1].startswith("SPLIT_K == 1 or")
+    row["dr_kernel"]["space"] = {"values": {**values, "BLOCK_K": [64]}, "constraints": constraints}
+    recorded = replay.searched_space(row, matmul, H200)
+    assert {c["BLOCK_K"] for c in recorded.configs()} == {64} and 0 < recorded.count_valid() < today.count_valid()
 
 
 def test_core_determinism_answers_the_same_twice_and_names_the_first_difference():

@@ -236,10 +236,18 @@ class BuiltinKernel:
 
         if self._problem_space is None:
             return self.search_space()
+        space, constraints = self.space_parts(shape, limits)
+        return make_space(space, constraints=constraints)
+
+    def space_parts(self, shape: Mapping[str, Any], limits: Any = None) -> tuple[dict, list[str]]:
+        """space_for's space as its parts: the parameters' values and the constraints (what a
+        benchmark records beside a session, so that a replay searches the space that ran)."""
+        if self._problem_space is None:
+            return {k: list(v) for k, v in self.space.items()}, list(self.constraints)
         if limits is None:
             from ..analysis import H200 as limits
         space, constraints = self._problem_space(self.check_shape(shape), limits)
-        return make_space(space, constraints=constraints)
+        return {k: list(v) for k, v in space.items()}, list(constraints)
 
     def satisfies(self, config: Mapping[str, Any]) -> bool:
         """Returns whether a configuration meets every constraint of the space."""
