@@ -214,6 +214,26 @@ def test_the_persistent_tma_matmul_kernel_walks_tiles_in_one_pipelined_loop_and_
     assert {c["TMA"] for c in matmul.space_for({"M": 3000, "N": 5001, "K": 1000}, H200).configs()} == {0}
 
 
+@pytest.mark.parametrize("family", ["matmul", "attention"])
+def test_a_tma_launch_refuses_operands_that_do_not_start_on_16_bytes_naming_them(family):
+    # A tensor descriptor needs a 16-byte aligned start; a view one element into its storage would
+    # fault on the GPU (the interpreter asserts), so the launch refuses it before anything runs.
+    import torch
+
+    kernel = BUILTINS[family]
+    shape = {"M": 32, "N": 32, "K": 32} if family == "matmul" else \
+        {"Z": 1, "H": 1, "N_CTX": 64, "HEAD_DIM": 16, "CAUSAL": False}
+    inputs = kernel.make_inputs(shape, "fp16", "cpu", 0)
+    name = "a" if family == "matmul" else "k"
+    view = torch.empty(inputs[name].numel() + 8, dtype=torch.float16)[1:inputs[name].numel() + 1]
+    inputs[name] = view.view(inputs[name].shape).copy_(inputs[name])
+    config = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "TMA": 2}
+    if family == "matmul":
+        config.update(BLOCK_K=32, GROUP_M=8)
+    with pytest.raises(ValueError, match=rf"{family} with TMA > 0 .* {name} \(address % 16 = 2\) do not:.*TMA = 0"):
+        kernel.launch(inputs, config)
+
+
 def test_a_live_attention_tuning_on_hopper_searches_the_tma_kernel_on_the_tiles_it_was_measured_on():
     from dr_kernel.analysis import A100, H200
 

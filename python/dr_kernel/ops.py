@@ -30,9 +30,11 @@ without measuring anything. `decisions()` lists this process's choices. docs/ops
 Calls the built-in kernels do not cover go to torch unchanged, with torch's own errors: other
 dtypes (matmul, linear and attention take fp16 and bf16; softmax, rms_norm and add_rms_norm also fp32),
 inputs that need gradients, layouts other than row-major (a transposed weight, a strided view),
-masks, dropout, key and value lengths other than the query's, softmax along another dimension. A
-tuning that fails (no config ran correctly, the GPU went away) is reported once as a warning and
-the problem goes to torch for the rest of the process; nothing is raised into the caller's program.
+matmul and attention operands that do not start on a 16-byte boundary (the Hopper kernels copy
+them through tensor descriptors, which need it), masks, dropout, key and value lengths other than
+the query's, softmax along another dimension. A tuning that fails (no config ran correctly, the
+GPU went away) is reported once as a warning and the problem goes to torch for the rest of the
+process; nothing is raised into the caller's program.
 
 Under Triton's interpreter (TRITON_INTERPRET=1, CPU tensors) the same flow runs on the CPU with
 wall-clock times, where torch wins; `configure(variants=("triton",))` keeps the Triton kernels
@@ -190,7 +192,7 @@ def matmul(a, b):
     (`a` may have batch dimensions, which fold into its rows)."""
     if (type(a) is _Tensor and type(b) is _Tensor and a.dtype in _HALF and b.dtype == a.dtype and b.dim() == 2
             and a.dim() >= 2 and a.is_contiguous() and b.is_contiguous() and not _needs_grad(a, b)
-            and a.device == b.device):
+            and a.device == b.device and _starts_aligned(a, b)):
         device = a.device
         index = ("matmul", a.shape, b.shape, a.dtype, device)
         choice = _served.get(index)
@@ -437,7 +439,7 @@ def attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool =
     if (attn_mask is None and dropout_p == 0.0 and not enable_gqa and type(q) is _Tensor and type(k) is _Tensor
             and type(v) is _Tensor and q.dim() == 4 and q.dtype in _HALF and q.shape == k.shape == v.shape
             and q.dtype == k.dtype == v.dtype and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
-            and not _needs_grad(q, k, v) and q.device == k.device == v.device):
+            and not _needs_grad(q, k, v) and q.device == k.device == v.device and _starts_aligned(q, k, v)):
         device = q.device
         causal = bool(is_causal)
         sm_scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
@@ -470,6 +472,13 @@ _ROWS = (torch.float16, torch.bfloat16, torch.float32)
 
 def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _starts_aligned(*tensors) -> bool:
+    """Whether every tensor starts on a 16-byte boundary, as the tensor-descriptor copies of the
+    TMA kernels (matmul's and attention's TMA > 0) need: a view that starts a few elements into
+    its storage would fault there, so it goes to torch whatever the problem's stored choice."""
+    return all(t.data_ptr() % 16 == 0 for t in tensors)
 
 
 def _runnable(device) -> bool:

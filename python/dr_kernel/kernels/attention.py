@@ -13,7 +13,7 @@ import math
 import triton
 import triton.language as tl
 
-from .base import BuiltinKernel, Pointer, cdiv, ensure_allocator
+from .base import BuiltinKernel, Pointer, cdiv, check_starts_aligned, ensure_allocator
 
 
 # The parameter names are the recorded kernel's, O included, so the source stays the one measured.
@@ -189,6 +189,7 @@ def _launch(fn, inputs, config):
         "attention tensors must be contiguous and share their strides"
     grid = (cdiv(N, config["BLOCK_M"]), Z * H)
     if config.get("TMA", 0):
+        check_starts_aligned("attention", q=q, k=k, v=v, o=o)
         ensure_allocator()
     return fn[grid](q, k, v, o, inputs["sm_scale"], q.stride(0), q.stride(1), q.stride(2), H, N,
                     HEAD_DIM=D, CAUSAL=inputs["causal"], **_kernel_config(config))

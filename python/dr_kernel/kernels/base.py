@@ -139,6 +139,16 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def check_starts_aligned(kernel: str, **tensors) -> None:
+    """Raises ValueError naming the tensors that do not start on a 16-byte boundary: a tensor
+    descriptor (the TMA kernels' copies) needs one, and a launch without it would fault."""
+    off = [f"{name} (address % 16 = {t.data_ptr() % 16})" for name, t in tensors.items() if t.data_ptr() % 16]
+    if off:
+        raise ValueError(f"{kernel} with TMA > 0 copies through tensor descriptors, which need operands that start "
+                         f"on a 16-byte boundary; {', '.join(off)} do not: pass tensors that own their storage "
+                         "(or .clone() the view), or search TMA = 0")
+
+
 def ensure_allocator() -> None:
     """Sets Triton's allocator to one from PyTorch's caching allocator where the calling context
     has none. A kernel that makes tensor descriptors on the GPU (tl.make_tensor_descriptor)

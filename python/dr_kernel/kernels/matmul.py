@@ -29,7 +29,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .base import BuiltinKernel, Pointer, cdiv, ensure_allocator
+from .base import BuiltinKernel, Pointer, cdiv, check_starts_aligned, ensure_allocator
 
 
 @triton.jit
@@ -348,6 +348,7 @@ def _launch(fn, inputs, config):
         _check_tma(N, K)
         assert a.stride() == (K, 1) and b.stride() == (N, 1) and c.stride() == (N, 1), \
             "matmul with TMA = 1 or 2 takes contiguous row-major A, B and C"
+        check_starts_aligned("matmul", a=a, b=b, c=c)
         ensure_allocator()
         if config["TMA"] == 2:  # One program per SM at most, each walking its share of the tiles.
             programs = min(grid[0], _programs(a.device))
