@@ -124,7 +124,9 @@ def searched_space(row: dict, kernel, limits, current: bool = False):
     """The space the recorded session searched: the row's record of it (since the third session of
     2026-12-06); for older rows the kernel's space today but for the values added since
     (SPACE_ADDED), or with `current` today's whole (rows recorded by code that had them but did not
-    record its space yet: `h100-2026-12-06c/bench-auto`)."""
+    record its space yet: `h100-2026-12-06c/bench-auto`, whose space is today's as of d8214d0; since
+    then matmul searches the persistent kernel only from two waves of tiles on, and three of its
+    twelve sessions leave the recorded path with it)."""
     from dr_kernel.space import make_space
 
     recorded = row["dr_kernel"].get("space")

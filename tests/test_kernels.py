@@ -212,6 +212,10 @@ def test_the_persistent_tma_matmul_kernel_walks_tiles_in_one_pipelined_loop_and_
                               and c["num_warps"] >= 4 for c in persistent)
     assert {c["TMA"] for c in matmul.space_for(shape, A100).configs()} == {0}
     assert {c["TMA"] for c in matmul.space_for({"M": 3000, "N": 5001, "K": 1000}, H200).configs()} == {0}
+    # Nor below two waves of 128×128 tiles (264 on 132 SMs), where a program has one tile to walk:
+    # 2048² has 256, 6144×1000 has 384.
+    assert {c["TMA"] for c in matmul.space_for({"M": 2048, "N": 2048, "K": 2048}, H200).configs()} == {0}
+    assert {c["TMA"] for c in matmul.space_for({"M": 6144, "N": 1000, "K": 2048}, H200).configs()} == {0, 2}
 
 
 @pytest.mark.parametrize("family", ["matmul", "attention"])

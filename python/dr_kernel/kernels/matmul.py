@@ -250,12 +250,18 @@ ACCUMULATOR_RULE = "BLOCK_M * BLOCK_N <= 128 * 32 * num_warps"
 # 8192×8192×4096), by 1.01x on 4096³, and lost by 1.07-1.29x on the small ones (1000³, 1024³,
 # 2048³), so it is a choice per problem, not a replacement.
 PERSISTENT_RULE = "TMA == 0 or (SPLIT_K == 1 and BLOCK_M >= 64 and BLOCK_N >= 64 and num_warps >= 4)"
+# And only on problems of at least this many waves of 128×128 tiles: each program then walks
+# several tiles, which is where the kernel pays. The tuner chose it on exactly those 8 of issue
+# 11's 20 problems on two H100 machines (third session of 2026-12-06), and never below, where it
+# only made the space larger (2,160 configs against 1,824 for 1000³).
+PERSISTENT_WAVES = 2
 
 
 def _problem_space(shape, limits):
     """The space a tuning of `shape` searches: the recorded one without the configs that break
     ACCUMULATOR_RULE, plus the splits of K that can pay, plus on compute capability 9.0 and later
-    (N and K multiples of 8) the persistent TMA kernel on the tiles of PERSISTENT_RULE. A split
+    (N and K multiples of 8, PERSISTENT_WAVES waves of 128×128 tiles or more) the persistent TMA
+    kernel on the tiles of PERSISTENT_RULE. A split
     pays only while the programs do not fill the GPU: a config with SPLIT_K = s is kept when its
     tiles times s stay within two programs per SM (so that the split of s / 2 left SMs idle) and
     each split keeps at least two iterations of its K loop. Where no tile of the space leaves room
@@ -265,7 +271,8 @@ def _problem_space(shape, limits):
     tiles = min(cdiv(M, m) * cdiv(N, n) for m in KERNEL.space["BLOCK_M"] for n in KERNEL.space["BLOCK_N"])
     splits = [s for s in SPLIT_K_VALUES if s == 1 or (tiles * s <= room and K >= 2 * s * min(KERNEL.space["BLOCK_K"]))]
     space, constraints = dict(KERNEL.space), [*KERNEL.constraints, ACCUMULATOR_RULE]
-    if limits.arch >= 90 and N % 8 == 0 and K % 8 == 0:
+    waves = cdiv(M, 128) * cdiv(N, 128) / limits.sm_count
+    if limits.arch >= 90 and N % 8 == 0 and K % 8 == 0 and waves >= PERSISTENT_WAVES:
         space["TMA"] = [0, 2]
         constraints.append(PERSISTENT_RULE)
     if splits == [1]:
