@@ -26,6 +26,8 @@ Hopper searches 0 and 2.
 
 from __future__ import annotations
 
+import functools
+
 import triton
 import triton.language as tl
 
@@ -261,11 +263,11 @@ def _problem_space(shape, limits):
     """The space a tuning of `shape` searches: the recorded one without the configs that break
     ACCUMULATOR_RULE, plus the splits of K that can pay, plus on compute capability 9.0 and later
     (N and K multiples of 8, PERSISTENT_WAVES waves of 128×128 tiles or more) the persistent TMA
-    kernel on the tiles of PERSISTENT_RULE. A split
-    pays only while the programs do not fill the GPU: a config with SPLIT_K = s is kept when its
-    tiles times s stay within two programs per SM (so that the split of s / 2 left SMs idle) and
-    each split keeps at least two iterations of its K loop. Where no tile of the space leaves room
-    for a split (4096³: 256 tiles of 256×256), SPLIT_K stays 1."""
+    kernel on the tiles of PERSISTENT_RULE. A split pays only while the programs do not fill the
+    GPU: a config with SPLIT_K = s is kept when its tiles times s stay within two programs per SM
+    (so that the split of s / 2 left SMs idle) and each split keeps at least two iterations of its
+    K loop. Where no tile of the space leaves room for a split (4096³: 256 tiles of 256×256),
+    SPLIT_K stays 1."""
     M, N, K = shape["M"], shape["N"], shape["K"]
     room = 2 * limits.sm_count
     tiles = min(cdiv(M, m) * cdiv(N, n) for m in KERNEL.space["BLOCK_M"] for n in KERNEL.space["BLOCK_N"])
@@ -374,19 +376,16 @@ def _launch(fn, inputs, config):
                     c.stride(0), c.stride(1), **_kernel_config(config))
 
 
-_SM_COUNTS: dict = {}
-
-
+@functools.cache
 def _programs(device) -> int:
     """The persistent kernel's program count on `device`: its SM count (4 in the interpreter, whose
-    programs run one after another: enough to give each program several tiles)."""
+    programs run one after another: enough to give each program several tiles). Once per device:
+    it is asked on every launch."""
     if device.type != "cuda":
         return 4
-    if device not in _SM_COUNTS:
-        import torch
+    import torch
 
-        _SM_COUNTS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _SM_COUNTS[device]
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _reference(inputs):
