@@ -66,7 +66,8 @@ for step in "$@"; do
         .whl/*.whl > "$work/pip.log" 2>&1 || { echo "wheels failed"; tail -5 "$work/pip.log"; }
       PYTHONPATH=python:/tmp/site timeout -k 10 "${LIB_TIMEOUT:-480}" python3 benchmarks/library_bench.py \
         --out "$work/library" --modes "${LIB_MODES:-stock,dr}" ${LIB_OPS:+--ops "$LIB_OPS"} \
-        --deadline "${LIB_DEADLINE:-420}" ${LIB_PROFILE:+--profile} ${LIB_WARM:+--warm} > "$work/library.log" 2>&1
+        --deadline "${LIB_DEADLINE:-420}" --timeout "${LIB_CHILD_TIMEOUT:-240}" ${LIB_PROFILE:+--profile} \
+        ${LIB_WARM:+--warm} > "$work/library.log" 2>&1
       echo "library: rc $? after $(elapsed) s"; tail -25 "$work/library.log"
       pack
       # LIB_AGENT_MODES with LIB_AGENT=DIR (a kept agent: policy.bin, cost_model.bin[.xz]): the same ops

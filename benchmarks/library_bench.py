@@ -1,7 +1,7 @@
 """First call and steady state of real libraries' autotuned ops: stock triton.autotune against
 dr_kernel's drop-in (install(), no edit of the library), on the GPU.
 
-    python3 benchmarks/library_bench.py --out DIR [--ops gems_layer_norm,...] [--modes floor,stock,dr,defer] [--warm]
+    python3 benchmarks/library_bench.py --out DIR [--ops gems_layer_norm,...] [--modes stock,dr,widen,ceiling] [--warm]
 
 Each (op, mode) runs in a fresh process with a fresh Triton cache and a fresh results store, so
 every first call compiles and tunes from nothing. Mode `floor` keeps only each list's first
@@ -14,6 +14,10 @@ back. Mode `defer` is dr with install(defer=True): the first call launches each 
 config while the lists compile, and each key is tuned on a later call; after the first call the
 op's steps run (each synchronised) until no tuning is pending, and the row says how long that took
 (`settle_s`, `settle_steps`) and what those steps cost beyond as many steady ones (`pause_s`).
+Mode `widen` is install(widen=True). Mode `ceiling` asks what widening could give at most: the
+same widened spaces searched by random search without replacement with CEILING_EVALS (200) more
+configs than each list, which is every config of the spaces up to that size and the best of 200
+random draws of larger ones (the row's kernels say each space's valid size, `widened`).
 Results: one JSON line per run in DIR/library_bench.jsonl (`agent`: the DR_KERNEL_AGENT folder the
 run used, or "shipped"), a table at the end.
 """
@@ -33,6 +37,7 @@ import tempfile
 import time
 
 TOKENS, HIDDEN, VOCAB = 8192, 4096, 32000
+CEILING_EVALS = int(os.environ.get("CEILING_EVALS", "200"))
 SETTLE_LIMIT_S = 120.0  # Mode defer: steps after the first call until no tuning is pending, at most this long,
 STUCK_S = 20.0  # or until the pending tunings have not changed for this long.
 
@@ -166,6 +171,10 @@ def tuned_kernels() -> dict:
                              phases_s={k: round(v, 3) for k, v in obj.phases_s.items()},
                              worker_s=_worker_phases(obj.compile_phases_s),
                              deferred_s=[round(s, 3) for s in getattr(obj, "deferred_s", [])])
+                if obj.widen and obj.listed:
+                    from dr_kernel.tuner import config_dict, widened_space
+
+                    entry["widened"] = widened_space([config_dict(c) for c in obj.listed]).count_valid()
             out[obj.base_fn.__name__] = entry
     return out
 
@@ -273,7 +282,15 @@ def child(op: str, mode: str, profile: bool = False, warm: bool = False) -> dict
     elif mode != "stock":
         import dr_kernel
 
-        dr_kernel.install(widen=mode == "widen", defer=mode == "defer")
+        if mode == "ceiling":
+            import dr_kernel.tuner
+
+            # Random search proposes one config at a time in a session that measures in its own
+            # process; rounds of 16 compile in parallel as the exhaustive strategy's do.
+            dr_kernel.tuner.stop_options = lambda stop, strategy: {"batch": 16}
+            dr_kernel.install(widen=True, strategy="random", max_evals=CEILING_EVALS)
+        else:
+            dr_kernel.install(widen=mode == "widen", defer=mode == "defer")
     step = make_op(op)
     if warm:
         warm_process()
@@ -352,7 +369,7 @@ def main() -> int:
     p.add_argument("--ops", default="gems_layer_norm,gems_rms_norm,gems_softmax,gems_cross_entropy,"
                                    "fla_rms_norm,fla_layer_norm,fla_norm_gated,liger_dyt,liger_mlp,ao_int8_linear,"
                                    "ao_fp8_blockwise_linear,ao_fp8_blockwise_linear_triton")
-    p.add_argument("--modes", default="stock,dr,widen", help="of floor, stock, dr, defer, widen")
+    p.add_argument("--modes", default="stock,dr,widen", help="of floor, stock, dr, defer, widen, ceiling")
     p.add_argument("--timeout", type=float, default=240)
     p.add_argument("--deadline", type=float, default=1e9, help="seconds after which no new run starts")
     p.add_argument("--profile", action="store_true", help="profile each first call (cProfile, in the rows)")
