@@ -114,6 +114,8 @@ Walk::Walk(const Space& space, const Prior& prior, std::vector<double> problem_f
   problem_features_.resize(kProblemFeatures, 0.0);
   same_pairs_.assign(space.num_params(), 0);
   differing_pairs_.assign(space.num_params(), 0);
+  step_lost_.assign(space.num_params(), {0, 0});
+  step_won_.assign(space.num_params(), {0, 0});
 }
 
 void Walk::UpdateInert() {
@@ -482,10 +484,22 @@ std::optional<Move> Walk::Resolve(int action) const {
   return Move{*target, false};
 }
 
+bool Walk::Losing(size_t param, int direction) const {
+  return losing_pairs_ > 0 && param < step_lost_.size() && step_lost_[param][direction] >= losing_pairs_ &&
+         step_won_[param][direction] == 0;
+}
+
 std::vector<uint8_t> Walk::Mask() const {
   std::vector<uint8_t> mask(kNumActions, 0);
-  for (int a = 0; a < kJump; ++a) mask[a] = Resolve(a).has_value();
+  for (int a = 0; a < kJump; ++a) {
+    const auto move = Resolve(a);
+    mask[a] = move.has_value();
+    if (move && move->measure && Losing(static_cast<size_t>(a / 2), a % 2)) mask[a] = 2;
+  }
   mask[kJump] = JumpTarget().has_value();
+  // Losing steps are left out unless nothing else is allowed.
+  const bool other = std::any_of(mask.begin(), mask.end(), [](uint8_t m) { return m == 1; });
+  for (auto& m : mask) m = m == 2 ? (other ? 0 : 1) : m;
   return mask;
 }
 
@@ -527,6 +541,13 @@ void Walk::Observe(const Config& config, const Measurement& m) {
       if (differs != 1) continue;
       const double other_log = measured_.at(space_.Index(other)).log_ms;
       (other_log == log_ms ? same_pairs_ : differing_pairs_)[param] += 1;
+      if (std::abs(config[param] - other[param]) == 1 && std::abs(log_ms - other_log) > kLoseLog) {
+        // The step from `other` to this config goes `up` (or down); the step back the other way.
+        const int up = config[param] > other[param] ? 1 : 0;
+        const bool slower = log_ms > other_log;
+        (slower ? step_lost_ : step_won_)[param][up] += 1;
+        (slower ? step_won_ : step_lost_)[param][1 - up] += 1;
+      }
     }
     ok_configs_.push_back(config);
     UpdateInert();

@@ -498,6 +498,52 @@ TEST(WalkInertTest, AParameterWhoseChangesTimeTheSameBinaryIsNotMeasuredAgain) {
   EXPECT_FALSE(s.Covered(SoftmaxAt(t, 4096, 8, 4)));
 }
 
+// A step that made the kernel slower in two pairs of configs, and faster in none, is one the
+// policy may not take onto an unmeasured config (Mask), whatever the prior says: the trace of an
+// attention shape whose policy stepped BLOCK_M down from every jump, 1.04-2.5x slower each time.
+// Times within 2 % are no evidence; a pair where the step won ends it.
+TEST(WalkLosingTest, AStepThatLostTwiceAndNeverWonIsMaskedForThePolicy) {
+  const Truth& t = Softmax();
+  const Prior prior = PriorOf(t, 1, 0.3, 7);
+  const size_t block = ParamIndex(t.space, "BLOCK");
+  const int down = 2 * static_cast<int>(block), up = down + 1;
+  Walk s(t.space, prior, {}, 100, {}, 3);
+  s.DetectLosingSteps(2);
+  auto record = [&](int b, int w, double ms) {
+    Measurement m = MeasurementOf(t, SoftmaxAt(t, b, w, 1));
+    ASSERT_TRUE(m.ok());
+    m.ms = ms;
+    s.Record(SoftmaxAt(t, b, w, 1), m);
+  };
+  record(4096, 8, 1.0);
+  record(2048, 8, 1.3);  // BLOCK down lost, so BLOCK up won.
+  EXPECT_FALSE(s.Losing(block, 0));  // Once could be noise.
+  record(4096, 4, 1.0);
+  record(2048, 4, 1.01);  // Within 2 %: neither.
+  EXPECT_FALSE(s.Losing(block, 0));
+  record(4096, 2, 1.0);
+  record(2048, 2, 1.5);
+  ASSERT_TRUE(s.Losing(block, 0));
+  EXPECT_FALSE(s.Losing(block, 1));
+
+  // Standing on a config whose BLOCK-down neighbour is unmeasured: the step is resolvable but masked.
+  s.TakeMeasured(Move{SoftmaxAt(t, 4096, 16, 1), true}, MeasurementOf(t, SoftmaxAt(t, 4096, 16, 1)));
+  ASSERT_TRUE(s.Resolve(down).has_value());
+  EXPECT_TRUE(s.Resolve(down)->measure);
+  EXPECT_EQ(s.Mask()[down], 0);
+  EXPECT_EQ(s.Mask()[up], s.Resolve(up).has_value() ? 1 : 0);
+  s.DetectLosingSteps(0);  // Off (simulated training): nothing masked.
+  EXPECT_EQ(s.Mask()[down], 1);
+  s.DetectLosingSteps(2);
+  EXPECT_EQ(s.Mask()[down], 0);
+
+  // A pair where the step made the kernel faster: it no longer loses.
+  record(4096, 1, 1.0);
+  record(2048, 1, 0.9);
+  EXPECT_FALSE(s.Losing(block, 0));
+  EXPECT_EQ(s.Mask()[down], 1);
+}
+
 // The recorded cumsum: BLOCK_ROWS * BLOCK_COLS must lie within 2 to 32 elements a thread.
 const Truth& Cumsum() {
   static const Truth truth = LoadTruth("cumsum.jsonl", 1);  // 8192 x 4096 bf16.

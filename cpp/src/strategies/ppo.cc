@@ -228,6 +228,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   for (int w = 0; w < walkers; ++w) {
     walks.emplace_back(space, *prior, features, planned, agent::RewardConfig{}, rng.Next());
     walks.back().DetectInert(static_cast<int>(options.Int("inert")));
+    walks.back().DetectLosingSteps(static_cast<int>(options.Int("losing")));
     walks.back().SetRandomJumpDraws(static_cast<int>(options.Int("jump_draws")));
     walks.back().SetAlikeWidth(options.Get("alike"));
   }
@@ -674,7 +675,11 @@ StrategyInfo PpoStrategy() {
                      "the most promising first, once per best config (0: off; benchmarks/agent.md)", 1},
            {"inert", "after this many pairs of configs that differ in one parameter only and measured the same "
                      "time (the same binary, copied), and none that differed, the parameter is inert: no move "
-                     "or jump measures a config whose other values were measured (0: off)", agent::kInertPairs}},
+                     "or jump measures a config whose other values were measured (0: off)", agent::kInertPairs},
+           {"losing", "after this many pairs of configs one step of a parameter apart where that step (that "
+                      "parameter, that direction) made the kernel more than 2 % slower, and none where it made it "
+                      "faster, the policy takes that step onto no unmeasured config (0: off; benchmarks/agent.md)",
+            agent::kLosingPairs}},
           Run};
 }
 

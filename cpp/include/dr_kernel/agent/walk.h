@@ -30,6 +30,9 @@ inline constexpr int kNumActions = 2 * kSlots + 1;
 // Pairs of identical times after which a parameter counts as inert (Walk::DetectInert): one could
 // be a coincidence of the timer's resolution on a microsecond kernel, two in a row hardly.
 inline constexpr int kInertPairs = 2;
+// Pairs in which a step lost, and none in which it won, after which the policy may not take it
+// (Walk::DetectLosingSteps): one could be a noisy measurement.
+inline constexpr int kLosingPairs = 2;
 // Sizes of the observation's parts.
 inline constexpr int kGlobalFeatures = 13;
 inline constexpr int kProblemFeatures = 4;
@@ -106,6 +109,9 @@ inline constexpr double kDefaultAlikeWidth = 0.5;
 
 // Measured times closer than this (log) are a tie for the rank correlation: timing noise, not rank.
 inline constexpr double kTieLog = 0.05;
+// A step between two configs loses when it makes the kernel slower by more than this (log scale:
+// 2 %, above the timing noise of a recorded table or a session's confirmed measurement).
+inline constexpr double kLoseLog = 0.0198;
 
 // How well `predicted` ranks `measured` (log times, paired): Kendall's tau over the pairs whose
 // measured times differ by more than the tie margin (timing noise) and whose predictions differ,
@@ -241,6 +247,13 @@ class Walk {
     UpdateInert();
   }
   bool Inert(size_t param) const;
+  // Turns on losing steps (off by default, as in simulated training): a step of one parameter in
+  // one direction (one value up or down) loses once at least `pairs` pairs of ok configs one such
+  // step apart measured slower on the stepped side by more than kLoseLog, and none faster. The
+  // policy may not take a losing step onto an unmeasured config (Mask): the session's own times say
+  // it costs, whatever the prior says. 0 turns it off.
+  void DetectLosingSteps(int pairs) { losing_pairs_ = pairs; }
+  bool Losing(size_t param, int direction) const;
   // What compiling an unmeasured config said before any launch (the compile stage's static
   // analysis): whether it compiles within the device's registers and shared memory. One that does
   // not (over the limits, a compile error or timeout) would not run: no move or jump measures it
@@ -303,6 +316,10 @@ class Walk {
   // different times (see Inert); and the ok configs measured, for Covered.
   std::vector<int> same_pairs_, differing_pairs_;
   int inert_pairs_ = 0;
+  // Per parameter and direction (0 down, 1 up): pairs one step apart where the step lost or won
+  // (see DetectLosingSteps).
+  std::vector<std::array<int, 2>> step_lost_, step_won_;
+  int losing_pairs_ = 0;
   std::unordered_map<uint64_t, uint8_t> static_fits_;  // Config index -> compiles (SetStaticVerdict).
   int random_draws_ = 1;
   double alike_width_ = 0;
