@@ -42,7 +42,9 @@ struct MeasuredWalk {
         session(space, prior, agent::ProblemFeaturesFor(trained.model.get(), table.problem, space), 100),
         rng(1),
         sampler(space, rng) {
-    session.SetAlikeWidth(agent::kDefaultAlikeWidth);  // As the ppo strategy sets it.
+    session.SetAlikeWidth(agent::kDefaultAlikeWidth);  // As the ppo strategy sets them.
+    session.DetectInert(agent::kInertPairs);
+    session.DetectLosingSteps(agent::kLosingPairs);
     for (int i = 0; i < 30; ++i) Measure(session, *sampler.Next());
   }
   MeasuredWalk(const MeasuredWalk&) = delete;
