@@ -10,7 +10,12 @@ or compiles ahead does to the waiting. (It measured ppo's `hint` of the first se
 no gain, and the option was removed; benchmarks/results/compile-wait-sim-hint.json. Nor did the
 session's polling its compile pool while the GPU measured, tried in the second session of
 2026-12-06: 104 of the 127 configs not ready when asked for were already compiling, not queued;
-benchmarks/results/compile-wait-sim-polls.json.)
+benchmarks/results/compile-wait-sim-polls.json. Nor, in the fifth session of 2026-12-06, a climb
+that measures first a neighbour whose compile has finished, from the next 3 or 16 in promise
+(ppo option `climb_ready`, prototyped): median compile wait 1.62, 1.67 and 1.62 s, 31, 32 and 30
+configs cold of about 545; the climb's neighbours were mostly compiled already, and what a first
+call waits for is the guesses still compiling when asked for;
+benchmarks/results/compile-wait-sim-climb-ready.json.)
 
     .venv/bin/python benchmarks/compile_wait_sim.py [--workers 15] [--scale 1] [--json F] twins=1 twins=0
 
