@@ -9,7 +9,9 @@ pipeline by hand on sm_90: one warp loads K and V tiles through TMA into a ring 
 stages; two consumer warpgroups, each with its own 64 rows of a 128-row query tile, run the
 QK^T and PV products as warpgroup MMAs and the online softmax in registers, releasing a stage
 once both have read it. The warp scheduler overlaps one consumer's softmax with the other's
-products (FA3's two-warpgroup schedule, without its explicit ping-pong barriers).
+products (FA3's two-warpgroup schedule, without its explicit ping-pong barriers). With PIPE each
+warpgroup also overlaps its own softmax with its previous block's PV product (FA3's overlap
+inside a warpgroup: block j's QK^T is issued before block j-1's PV, and waited for alone).
 
     python3 benchmarks/gluon_attention_probe.py --out DIR            # on the GPU: check and time
     python3 benchmarks/gluon_attention_probe.py --compile-only       # anywhere: compile for sm_90
@@ -130,17 +132,114 @@ def _consume(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v
 
 
 @gluon.jit
-def _second_consumer(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,  # noqa: E741
-                     v_ready, kv_empty, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                     CAUSAL: gl.constexpr, TAIL: gl.constexpr):
-    _consume(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
-             kv_empty, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)
+def _masked(s, offs_m, j, N_CTX, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr,
+            cols: gl.constexpr):
+    if CAUSAL or TAIL:
+        offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=cols)
+        valid = gl.expand_dims(offs_n, 0) < N_CTX
+        if CAUSAL:
+            valid = valid & (gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0))
+        s = gl.where(valid, s, -1.0e6)
+    return s
+
+
+@gluon.jit
+def _consume_pipelined(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,  # noqa: E741
+                       k_ready, v_ready, kv_empty, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr,
+                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr):
+    # _consume's arithmetic with FA3's overlap inside one warpgroup: block j's QK^T is issued, then
+    # block j-1's PV; the softmax of block j runs while that PV is still in the tensor cores.
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    first = row0 + WHICH * ROWS
+    offs_m = first + gl.arange(0, ROWS, layout=rows_s)
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
+    q = q_smem.index(WHICH)
+    mbarrier.wait(q_bar, 0)
+    mine = n_blocks
+    if CAUSAL:
+        mine = gl.minimum(n_blocks, gl.cdiv(first + ROWS, BLOCK_N))
+    mbarrier.wait(k_ready.index(0), 0)
+    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=(s,))
+    s = _masked(s, offs_m, 0, N_CTX, BLOCK_N, CAUSAL, TAIL, cols_s)
+    m_i = gl.max(s, 1) * qk_scale
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
+    l_i = gl.sum(p, 1)
+    p16 = gl.convert_layout(p.to(O.dtype.element_ty), p_layout)
+    for j in range(1, mine):
+        stage = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
+        s_next = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        pv = warpgroup_mma(p16, v_smem.index(prev), acc, is_async=True)
+        s = warpgroup_mma_wait(1, deps=(s_next,))
+        s = _masked(s, offs_m, j, N_CTX, BLOCK_N, CAUSAL, TAIL, cols_s)
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        acc = warpgroup_mma_wait(0, deps=(pv,))
+        mbarrier.arrive(kv_empty.index(prev), count=1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, rows_o), 1)
+        p16 = gl.convert_layout(p.to(O.dtype.element_ty), p_layout)
+        m_i = m_new
+    last = (mine - 1) % STAGES
+    mbarrier.wait(v_ready.index(last), ((mine - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(kv_empty.index(last), count=1)
+    for j in range(mine, n_blocks):  # Under a causal mask: blocks only the other warpgroup needs.
+        stage = j % STAGES
+        mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
+        mbarrier.wait(v_ready.index(stage), (j // STAGES) & 1)
+        mbarrier.arrive(kv_empty.index(stage), count=1)
+    acc = acc / gl.expand_dims(gl.convert_layout(l_i, rows_o), 1)
+    o_layout_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], O.dtype.element_ty)
+    o_desc = tma.make_tensor_descriptor(O + base, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [ROWS, HEAD_DIM], o_layout_smem)
+    out = o_smem.index(WHICH)
+    out.store(acc.to(O.dtype.element_ty))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [first, 0], out)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _first_consumer(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,  # noqa: E741
+                    k_ready, v_ready, kv_empty, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr, PIPE: gl.constexpr):
+    if PIPE:
+        _consume_pipelined(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,
+                           k_ready, v_ready, kv_empty, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)
+    else:
+        _consume(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
+                 v_ready, kv_empty, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)
+
+
+@gluon.jit
+def _second_consumer(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,  # noqa: E741
+                     k_ready, v_ready, kv_empty, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr, PIPE: gl.constexpr):
+    if PIPE:
+        _consume_pipelined(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,
+                           k_ready, v_ready, kv_empty, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)
+    else:
+        _consume(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
+                 v_ready, kv_empty, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)
 
 
 @gluon.jit
 def attn_fwd_ws_kernel(Q, K, V, O, sm_scale, s_z, s_h, H, N_CTX,  # noqa: E741
                        HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       TAIL: gl.constexpr):
+                       TAIL: gl.constexpr, PIPE: gl.constexpr):
     # Grid: (cdiv(N_CTX, 128), Z * H); Q, K, V, O contiguous (Z, H, N_CTX, HEAD_DIM).
     start = gl.program_id(0)
     if CAUSAL:
@@ -170,12 +269,12 @@ def attn_fwd_ws_kernel(Q, K, V, O, sm_scale, s_z, s_h, H, N_CTX,  # noqa: E741
         mbarrier.init(kv_empty.index(i), count=2)  # Released by both consumers.
     qk_scale = sm_scale * 1.4426950408889634
     gl.warp_specialize([
-        (_consume, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
-                    v_ready, kv_empty, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)),
+        (_first_consumer, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
+                           v_ready, kv_empty, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL, PIPE)),
         (_load_partition, (Q, K, V, base, row0, N_CTX, n_blocks, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
                            kv_empty, HEAD_DIM, BLOCK_N, STAGES)),
         (_second_consumer, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,
-                            k_ready, v_ready, kv_empty, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)),
+                            k_ready, v_ready, kv_empty, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL, PIPE)),
     ], [1, 4], [24, 240])
 
 
@@ -183,10 +282,10 @@ def attn_fwd_ws_kernel(Q, K, V, O, sm_scale, s_z, s_h, H, N_CTX,  # noqa: E741
 # 4): 65,536 registers / 384 threads = 170 a thread, so at most 168; the load warp takes 24 and
 # the second consumer 240, the default partition what is left (240).
 MAXNREG = 168
-CONFIGS = [{"BLOCK_N": n, "STAGES": s} for n in (64, 128) for s in (2, 3)]
+CONFIGS = [{"BLOCK_N": n, "STAGES": s, "PIPE": p} for p in (0, 1) for n in (64, 128) for s in (2, 3)]
 
 
-def launch(q, k, v, o, causal: bool, sm_scale: float, BLOCK_N: int, STAGES: int):
+def launch(q, k, v, o, causal: bool, sm_scale: float, BLOCK_N: int, STAGES: int, PIPE: int = 0):
     from dr_kernel.kernels.base import ensure_allocator
 
     ensure_allocator()  # The partitions make their tensor descriptors in scratch memory.
@@ -196,10 +295,12 @@ def launch(q, k, v, o, causal: bool, sm_scale: float, BLOCK_N: int, STAGES: int)
     assert not causal or N % tile == 0, "a causal query length must be a multiple of 128"
     grid = (triton.cdiv(N, tile), Z * H)
     attn_fwd_ws_kernel[grid](q, k, v, o, sm_scale, q.stride(0), q.stride(1), H, N, HEAD_DIM=D, BLOCK_N=BLOCK_N,
-                             STAGES=STAGES, CAUSAL=causal, TAIL=N % BLOCK_N != 0, num_warps=4, maxnreg=MAXNREG)
+                             STAGES=STAGES, CAUSAL=causal, TAIL=N % BLOCK_N != 0, PIPE=bool(PIPE), num_warps=4,
+                             maxnreg=MAXNREG)
 
 
-def compile_for_sm90(head_dim: int, block_n: int, stages: int, causal: bool, dtype: str = "fp16"):
+def compile_for_sm90(head_dim: int, block_n: int, stages: int, causal: bool, pipe: bool = False,
+                     dtype: str = "fp16"):
     """Compiles the kernel for sm_90 without a GPU (ptxas from Triton's wheel)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -207,8 +308,9 @@ def compile_for_sm90(head_dim: int, block_n: int, stages: int, causal: bool, dty
     pointer = f"*{dtype}"
     signature = {"Q": pointer, "K": pointer, "V": pointer, "O": pointer, "sm_scale": "fp32", "s_z": "i32",
                  "s_h": "i32", "H": "i32", "N_CTX": "i32", "HEAD_DIM": "constexpr", "BLOCK_N": "constexpr",
-                 "STAGES": "constexpr", "CAUSAL": "constexpr", "TAIL": "constexpr"}
-    constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": block_n, "STAGES": stages, "CAUSAL": causal, "TAIL": False}
+                 "STAGES": "constexpr", "CAUSAL": "constexpr", "TAIL": "constexpr", "PIPE": "constexpr"}
+    constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": block_n, "STAGES": stages, "CAUSAL": causal, "TAIL": False,
+                  "PIPE": pipe}
     names = attn_fwd_ws_kernel.arg_names
     src = GluonASTSource(attn_fwd_ws_kernel, signature, {(names.index(k),): v for k, v in constexprs.items()})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": MAXNREG})
@@ -303,7 +405,7 @@ def main() -> None:
             for causal in (False, True):
                 for config in CONFIGS:
                     try:
-                        kernel = compile_for_sm90(D, config["BLOCK_N"], config["STAGES"], causal)
+                        kernel = compile_for_sm90(D, config["BLOCK_N"], config["STAGES"], causal, bool(config["PIPE"]))
                         regs, spills = binary_resources(kernel.kernel, kernel.asm.get("ptx"))
                         print(f"HEAD_DIM {D} causal {causal:d} {config}: shared {kernel.metadata.shared} B, "
                               f"{kernel.metadata.num_warps} warps, {regs} registers, {spills} spilled words")
