@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, gluonattn, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, gluonattn, gluonmm, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   LIB_AGENT=benchmarks/results/h100-2026-12-05c/agent-b7655e8 LIB_AGENT_MODES=dr bash benchmarks/device_run.sh library
@@ -117,6 +117,11 @@ for step in "$@"; do
       timeout -k 10 "${GLUON_TIMEOUT:-300}" python3 benchmarks/gluon_attention_probe.py --out "$work/gluonattn" \
         > "$work/gluonattn.log" 2>&1
       echo "gluonattn: rc $? after $(elapsed) s"; grep -v Warning "$work/gluonattn.log" | tail -30
+      pack ;;
+    gluonmm)  # Issue 11: the persistent warp-specialised Gluon GEMM against cuBLAS and the built-in matmul.
+      timeout -k 10 "${GLUON_TIMEOUT:-300}" python3 benchmarks/gluon_matmul_probe.py --out "$work/gluonmm" \
+        > "$work/gluonmm.log" 2>&1
+      echo "gluonmm: rc $? after $(elapsed) s"; grep -v Warning "$work/gluonmm.log" | tail -20
       pack ;;
     opsprofile)  # Where a dr_kernel.ops call's host time goes.
       timeout -k 10 200 python3 benchmarks/ops_dispatch_profile.py --out "$work/opsprofile" > "$work/opsprofile.log" 2>&1
