@@ -42,6 +42,18 @@ matmul_sweep() {  # name shape precision limit_s
   sweep "$1" matmul "$2" "$3" 40 "$mm_b"
 }
 
+gluon_probe() {  # name script: one problem under GLUON_SMOKE_TIMEOUT, then all under GLUON_TIMEOUT
+  timeout -k 10 "${GLUON_SMOKE_TIMEOUT:-120}" python3 "benchmarks/$2" --out "$work/$1-smoke" --problems 1 \
+    > "$work/$1-smoke.log" 2>&1
+  local rc=$?
+  echo "$1 smoke: rc $rc after $(elapsed) s"; grep -v Warning "$work/$1-smoke.log" | tail -12
+  pack
+  [ "$rc" = 0 ] || return 0
+  timeout -k 10 "${GLUON_TIMEOUT:-300}" python3 "benchmarks/$2" --out "$work/$1" > "$work/$1.log" 2>&1
+  echo "$1: rc $? after $(elapsed) s"; grep -v Warning "$work/$1.log" | tail -20
+  pack
+}
+
 for step in "$@"; do
   case $step in
     bench)
@@ -113,16 +125,11 @@ for step in "$@"; do
       echo "persistent: rc $? after $(elapsed) s"; grep -v Warning "$work/persistent.log" | tail -40
       pack ;;
     gluonattn)  # Issue 11: the warp-specialised Gluon attention forward against SDPA and the TMA kernel.
-      # A pipeline that deadlocks hangs its launch: the log names the config, the limit ends the step.
-      timeout -k 10 "${GLUON_TIMEOUT:-300}" python3 benchmarks/gluon_attention_probe.py --out "$work/gluonattn" \
-        > "$work/gluonattn.log" 2>&1
-      echo "gluonattn: rc $? after $(elapsed) s"; grep -v Warning "$work/gluonattn.log" | tail -30
-      pack ;;
+      # A pipeline that deadlocks hangs its launch (the log names the config launched last): one
+      # problem first under a short limit, the rest only if it ran.
+      gluon_probe gluonattn gluon_attention_probe.py ;;
     gluonmm)  # Issue 11: the persistent warp-specialised Gluon GEMM against cuBLAS and the built-in matmul.
-      timeout -k 10 "${GLUON_TIMEOUT:-300}" python3 benchmarks/gluon_matmul_probe.py --out "$work/gluonmm" \
-        > "$work/gluonmm.log" 2>&1
-      echo "gluonmm: rc $? after $(elapsed) s"; grep -v Warning "$work/gluonmm.log" | tail -20
-      pack ;;
+      gluon_probe gluonmm gluon_matmul_probe.py ;;
     opsprofile)  # Where a dr_kernel.ops call's host time goes.
       timeout -k 10 200 python3 benchmarks/ops_dispatch_profile.py --out "$work/opsprofile" > "$work/opsprofile.log" 2>&1
       echo "opsprofile: rc $? after $(elapsed) s"; grep -v Warning "$work/opsprofile.log" | head -60

@@ -377,9 +377,9 @@ def measure_problem(Z: int, H: int, N: int, D: int, causal: bool, dtype_name: st
     return row
 
 
-def measure(out_dir: Path) -> None:
+def measure(out_dir: Path, count: int) -> None:
     rows = []
-    for problem in PROBLEMS:
+    for problem in PROBLEMS[:count]:
         rows.append(measure_problem(*problem))
         (out_dir / "gluon_attention.json").write_text(json.dumps(rows, indent=1))
     for row in rows:
@@ -396,6 +396,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="folder for gluon_attention.json (on a GPU)")
     parser.add_argument("--compile-only", action="store_true", help="compile every config for sm_90 and report")
+    parser.add_argument("--problems", type=int, default=len(PROBLEMS),
+                        help="measure the first this many problems (1: a smoke test before the whole run)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
     if args.compile_only:
@@ -413,7 +415,7 @@ def main() -> None:
                         print(D, causal, config, "failed:", type(error).__name__, str(error)[:500])
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    measure(args.out)
+    measure(args.out, args.problems)
 
 
 if __name__ == "__main__":

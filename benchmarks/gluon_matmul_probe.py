@@ -255,9 +255,9 @@ def measure_problem(M: int, N: int, K: int, dtype_name: str) -> dict:
     return row
 
 
-def measure(out_dir: Path) -> None:
+def measure(out_dir: Path, count: int) -> None:
     rows = []
-    for problem in PROBLEMS:
+    for problem in PROBLEMS[:count]:
         rows.append(measure_problem(*problem))
         (out_dir / "gluon_matmul.json").write_text(json.dumps(rows, indent=1))
     for row in rows:
@@ -274,6 +274,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="folder for gluon_matmul.json (on a GPU)")
     parser.add_argument("--compile-only", action="store_true", help="compile every config for sm_90 and report")
+    parser.add_argument("--problems", type=int, default=len(PROBLEMS),
+                        help="measure the first this many problems (1: a smoke test before the whole run)")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
     if args.compile_only:
@@ -289,7 +291,7 @@ def main() -> None:
                 print(config, "failed:", type(error).__name__, str(error)[:800])
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    measure(args.out)
+    measure(args.out, args.problems)
 
 
 if __name__ == "__main__":
