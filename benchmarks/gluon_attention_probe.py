@@ -3,7 +3,8 @@ probed against SDPA and the refined TMA kernel before it may join attention's sp
 
 Triton 3.6's `tl.range(..., warp_specialize=True)` partitions loops for sm_100 only (on sm_90 it
 fails or leaves the loop whole: docs/gpu-notes.md, 2026-12-03), and the head-dimension-128
-problems, where the Triton kernels lose most (0.70-0.76x SDPA on an H100), are the ones
+problems, where the Triton kernels lose most (0.64-0.85x SDPA on an H100, head dim 64 0.83-1.14x:
+benchmarks/results/h100-2026-12-06b/ops.log), are the ones
 Hopper's producer/consumer pipeline serves. Gluon (triton.experimental.gluon) writes that
 pipeline by hand on sm_90: one warp loads K and V tiles through TMA into a ring of shared-memory
 stages; two consumer warpgroups, each with its own 64 rows of a 128-row query tile, run the
@@ -18,8 +19,8 @@ inside a warpgroup: block j's QK^T is issued before block j-1's PV, and waited f
 
 On the GPU every config's output is checked against torch's SDPA in fp32 before it is timed; the
 rows (config, ms, TFLOP/s, SDPA's ms, the refined TMA kernel's best ms over its tiles) go to
-DIR/gluon_attention.json. A query length that is not a multiple of 128 is served (descriptors
-clip the tail) but a causal one must be.
+DIR/gluon_attention.json. Any query length is served: the descriptors read zeros past its end
+and store nothing there, and keys past it are masked.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 ROWS = gl.constexpr(64)  # Query rows per consumer warpgroup: one warpgroup MMA's M.
-LOG2E = 1.4426950408889634
 
 
 @gluon.jit
@@ -290,10 +290,9 @@ def launch(q, k, v, o, causal: bool, sm_scale: float, BLOCK_N: int, STAGES: int,
 
     ensure_allocator()  # The partitions make their tensor descriptors in scratch memory.
     Z, H, N, D = q.shape
-    assert q.stride() == k.stride() == v.stride() == o.stride() and q.stride(3) == 1
-    tile = 2 * ROWS.value
-    assert not causal or N % tile == 0, "a causal query length must be a multiple of 128"
-    grid = (triton.cdiv(N, tile), Z * H)
+    # The descriptors address each (batch, head) as an N_CTX x HEAD_DIM matrix of rows HEAD_DIM apart.
+    assert q.stride() == k.stride() == v.stride() == o.stride() and q.stride(3) == 1 and q.stride(2) == D
+    grid = (triton.cdiv(N, 2 * ROWS.value), Z * H)
     attn_fwd_ws_kernel[grid](q, k, v, o, sm_scale, q.stride(0), q.stride(1), H, N, HEAD_DIM=D, BLOCK_N=BLOCK_N,
                              STAGES=STAGES, CAUSAL=causal, TAIL=N % BLOCK_N != 0, PIPE=bool(PIPE), num_warps=4,
                              maxnreg=MAXNREG)
