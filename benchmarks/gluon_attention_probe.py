@@ -25,14 +25,11 @@ and store nothing there, and keys past it are masked.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
-import time
-from pathlib import Path
 
+import gluon_probe
 import triton
+from gluon_probe import builtin_best_ms, check_and_time, do_bench_ms
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -71,69 +68,9 @@ def _load_partition(Q, K, V, base, row0, N_CTX, n_blocks, q_smem, k_smem, v_smem
 
 
 @gluon.jit
-def _consume(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready, v_ready,  # noqa: E741
-             kv_empty, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-             CAUSAL: gl.constexpr, TAIL: gl.constexpr):
-    # One warpgroup, rows row0 + WHICH * ROWS onwards: S = Q K^T, the online softmax, O += P V.
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    first = row0 + WHICH * ROWS
-    offs_m = first + gl.arange(0, ROWS, layout=rows_s)
-    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=rows_s)
-    l_i = gl.zeros([ROWS], gl.float32, layout=rows_s)
-    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
-    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
-    q = q_smem.index(WHICH)
-    mbarrier.wait(q_bar, 0)
-    # Under a causal mask this warpgroup's last key is its last row; blocks past it are only
-    # released (the other warpgroup may need them).
-    mine = n_blocks
-    if CAUSAL:
-        mine = gl.minimum(n_blocks, gl.cdiv(first + ROWS, BLOCK_N))
-    for j in range(n_blocks):
-        stage = j % STAGES
-        phase = (j // STAGES) & 1
-        mbarrier.wait(k_ready.index(stage), phase)
-        mbarrier.wait(v_ready.index(stage), phase)
-        if j < mine:
-            s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            s = warpgroup_mma_wait(0, deps=(s,))
-            start_n = j * BLOCK_N
-            if CAUSAL or TAIL:
-                offs_n = start_n + gl.arange(0, BLOCK_N, layout=cols_s)
-                valid = gl.expand_dims(offs_n, 0) < N_CTX
-                if CAUSAL:
-                    valid = valid & (gl.expand_dims(offs_m, 1) >= gl.expand_dims(offs_n, 0))
-                s = gl.where(valid, s, -1.0e6)
-            m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-            alpha = gl.exp2(m_i - m_new)
-            l_i = l_i * alpha + gl.sum(p, 1)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, rows_o), 1)
-            p16 = gl.convert_layout(p.to(O.dtype.element_ty), p_layout)
-            acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
-            m_i = m_new
-        mbarrier.arrive(kv_empty.index(stage), count=1)
-    acc = acc / gl.expand_dims(gl.convert_layout(l_i, rows_o), 1)
-    o_layout_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], O.dtype.element_ty)
-    o_desc = tma.make_tensor_descriptor(O + base, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [ROWS, HEAD_DIM], o_layout_smem)
-    out = o_smem.index(WHICH)
-    out.store(acc.to(O.dtype.element_ty))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [first, 0], out)
-    tma.store_wait(0)
-
-
-@gluon.jit
 def _masked(s, offs_m, j, N_CTX, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr,
             cols: gl.constexpr):
+    # Scores of keys past N_CTX, or (causal) past the row, out of the softmax.
     if CAUSAL or TAIL:
         offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=cols)
         valid = gl.expand_dims(offs_n, 0) < N_CTX
@@ -144,28 +81,43 @@ def _masked(s, offs_m, j, N_CTX, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, TA
 
 
 @gluon.jit
-def _consume_pipelined(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,  # noqa: E741
-                       k_ready, v_ready, kv_empty, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr,
-                       BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr):
-    # _consume's arithmetic with FA3's overlap inside one warpgroup: block j's QK^T is issued, then
-    # block j-1's PV; the softmax of block j runs while that PV is still in the tensor cores.
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+def _blocks(acc, q, offs_m, N_CTX, mine, qk_scale, k_smem, v_smem, k_ready, v_ready, kv_empty,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr,
+            s_layout: gl.constexpr, p_layout: gl.constexpr, rows_o: gl.constexpr):
+    # Blocks 0..mine-1 into the running softmax, one at a time: S = Q K^T, then O += P V.
     rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-    cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
-    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    first = row0 + WHICH * ROWS
-    offs_m = first + gl.arange(0, ROWS, layout=rows_s)
-    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=rows_s)
+    l_i = gl.zeros([ROWS], gl.float32, layout=rows_s)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
-    q = q_smem.index(WHICH)
-    mbarrier.wait(q_bar, 0)
-    mine = n_blocks
-    if CAUSAL:
-        mine = gl.minimum(n_blocks, gl.cdiv(first + ROWS, BLOCK_N))
+    for j in range(mine):
+        stage = j % STAGES
+        phase = (j // STAGES) & 1
+        mbarrier.wait(k_ready.index(stage), phase)
+        s = warpgroup_mma(q, k_smem.index(stage).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        s = _masked(s, offs_m, j, N_CTX, BLOCK_N, CAUSAL, TAIL, gl.SliceLayout(0, s_layout))
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, rows_o), 1)
+        p16 = gl.convert_layout(p.to(v_smem.dtype), p_layout)
+        mbarrier.wait(v_ready.index(stage), phase)
+        acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(kv_empty.index(stage), count=1)
+        m_i = m_new
+    return acc, l_i
+
+
+@gluon.jit
+def _blocks_pipelined(acc, q, offs_m, N_CTX, mine, qk_scale, k_smem, v_smem, k_ready, v_ready, kv_empty,
+                      BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr,
+                      s_layout: gl.constexpr, p_layout: gl.constexpr, rows_o: gl.constexpr):
+    # _blocks' arithmetic with FA3's overlap inside one warpgroup: block j's QK^T is issued, then
+    # block j-1's PV; the softmax of block j runs while that PV is still in the tensor cores.
+    cols_s: gl.constexpr = gl.SliceLayout(0, s_layout)
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, layout=s_layout)
     mbarrier.wait(k_ready.index(0), 0)
     s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
@@ -173,7 +125,7 @@ def _consume_pipelined(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem,
     m_i = gl.max(s, 1) * qk_scale
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
     l_i = gl.sum(p, 1)
-    p16 = gl.convert_layout(p.to(O.dtype.element_ty), p_layout)
+    p16 = gl.convert_layout(p.to(v_smem.dtype), p_layout)
     for j in range(1, mine):
         stage = j % STAGES
         prev = (j - 1) % STAGES
@@ -190,50 +142,57 @@ def _consume_pipelined(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem,
         acc = warpgroup_mma_wait(0, deps=(pv,))
         mbarrier.arrive(kv_empty.index(prev), count=1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, rows_o), 1)
-        p16 = gl.convert_layout(p.to(O.dtype.element_ty), p_layout)
+        p16 = gl.convert_layout(p.to(v_smem.dtype), p_layout)
         m_i = m_new
     last = (mine - 1) % STAGES
     mbarrier.wait(v_ready.index(last), ((mine - 1) // STAGES) & 1)
     acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(kv_empty.index(last), count=1)
-    for j in range(mine, n_blocks):  # Under a causal mask: blocks only the other warpgroup needs.
+    return acc, l_i
+
+
+@gluon.jit
+def _consumer(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,  # noqa: E741
+              v_ready, kv_empty, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+              STAGES: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr, PIPE: gl.constexpr):
+    # One warpgroup, rows row0 + WHICH * ROWS onwards: the online softmax over the key blocks,
+    # then the rows stored through shared memory and TMA (rows past N_CTX are not stored).
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    first = row0 + WHICH * ROWS
+    offs_m = first + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    q = q_smem.index(WHICH)
+    mbarrier.wait(q_bar, 0)
+    # Under a causal mask this warpgroup's last key is its last row: the blocks past it are only
+    # released, once loaded (the other warpgroup needs them).
+    mine = n_blocks
+    if CAUSAL:
+        mine = gl.minimum(n_blocks, gl.cdiv(first + ROWS, BLOCK_N))
+    if PIPE:
+        acc, l_i = _blocks_pipelined(acc, q, offs_m, N_CTX, mine, qk_scale, k_smem, v_smem, k_ready, v_ready,
+                                     kv_empty, BLOCK_N, STAGES, CAUSAL, TAIL, s_layout, p_layout, rows_o)
+    else:
+        acc, l_i = _blocks(acc, q, offs_m, N_CTX, mine, qk_scale, k_smem, v_smem, k_ready, v_ready, kv_empty,
+                           BLOCK_N, STAGES, CAUSAL, TAIL, s_layout, p_layout, rows_o)
+    for j in range(mine, n_blocks):
         stage = j % STAGES
         mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
         mbarrier.wait(v_ready.index(stage), (j // STAGES) & 1)
         mbarrier.arrive(kv_empty.index(stage), count=1)
-    acc = acc / gl.expand_dims(gl.convert_layout(l_i, rows_o), 1)
-    o_layout_smem: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], O.dtype.element_ty)
-    o_desc = tma.make_tensor_descriptor(O + base, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [ROWS, HEAD_DIM], o_layout_smem)
-    out = o_smem.index(WHICH)
-    out.store(acc.to(O.dtype.element_ty))
+    out_rows = acc / gl.expand_dims(gl.convert_layout(l_i, rows_o), 1)
+    layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], O.dtype.element_ty)
+    o_desc = tma.make_tensor_descriptor(O + base, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [ROWS, HEAD_DIM], layout)
+    buffer = o_smem.index(WHICH)
+    buffer.store(out_rows.to(O.dtype.element_ty))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [first, 0], out)
+    tma.async_copy_shared_to_global(o_desc, [first, 0], buffer)
     tma.store_wait(0)
-
-
-@gluon.jit
-def _first_consumer(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,  # noqa: E741
-                    k_ready, v_ready, kv_empty, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr, PIPE: gl.constexpr):
-    if PIPE:
-        _consume_pipelined(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,
-                           k_ready, v_ready, kv_empty, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)
-    else:
-        _consume(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
-                 v_ready, kv_empty, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)
-
-
-@gluon.jit
-def _second_consumer(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,  # noqa: E741
-                     k_ready, v_ready, kv_empty, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr, PIPE: gl.constexpr):
-    if PIPE:
-        _consume_pipelined(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,
-                           k_ready, v_ready, kv_empty, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)
-    else:
-        _consume(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
-                 v_ready, kv_empty, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL)
 
 
 @gluon.jit
@@ -269,12 +228,12 @@ def attn_fwd_ws_kernel(Q, K, V, O, sm_scale, s_z, s_h, H, N_CTX,  # noqa: E741
         mbarrier.init(kv_empty.index(i), count=2)  # Released by both consumers.
     qk_scale = sm_scale * 1.4426950408889634
     gl.warp_specialize([
-        (_first_consumer, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
-                           v_ready, kv_empty, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL, PIPE)),
+        (_consumer, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
+                     v_ready, kv_empty, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL, PIPE)),
         (_load_partition, (Q, K, V, base, row0, N_CTX, n_blocks, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
                            kv_empty, HEAD_DIM, BLOCK_N, STAGES)),
-        (_second_consumer, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar,
-                            k_ready, v_ready, kv_empty, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL, PIPE)),
+        (_consumer, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
+                     v_ready, kv_empty, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL, PIPE)),
     ], [1, 4], [24, 240])
 
 
@@ -322,100 +281,49 @@ PROBLEMS = [  # (Z, H, N_CTX, HEAD_DIM, causal, dtype): the ops set's head-dim-1
 ]
 
 
-def do_bench_ms(fn) -> float:
-    """Median ms of fn's launches over 100 ms, the L2 cleared before each (triton.testing.do_bench)."""
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-
 def measure_problem(Z: int, H: int, N: int, D: int, causal: bool, dtype_name: str) -> dict:
     """SDPA, every Gluon config (checked against SDPA in fp32 first) and the refined TMA kernel's
     best over four usual tiles, on one problem."""
     import torch
     import torch.nn.functional as F
-    from dr_kernel.kernels import get
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn((Z, H, N, D), generator=gen, device="cuda", dtype=dtype) for _ in range(3))
     scale = 1.0 / math.sqrt(D)
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, scale=scale)
-    flops = 4.0 * Z * H * N * N * D * (0.5 if causal else 1.0)
     sdpa_ms = do_bench_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale))
-    row = {"problem": [Z, H, N, D, causal, dtype_name], "sdpa_ms": sdpa_ms, "configs": []}
-    o = torch.empty_like(q)
-    for config in CONFIGS:
-        entry = dict(config)
-        try:
-            o.fill_(float("nan"))
-            print("launching", row["problem"], config, flush=True)  # A pipeline that deadlocks hangs here.
-            started = time.perf_counter()
-            launch(q, k, v, o, causal, scale, **config)
-            torch.cuda.synchronize()
-            entry["first_launch_s"] = time.perf_counter() - started
-            entry["max_abs_err"] = (o.float() - ref).abs().max().item()
-            entry["correct"] = bool(torch.allclose(o.float(), ref, atol=2e-2, rtol=2e-2))
-            if entry["correct"]:
-                entry["ms"] = do_bench_ms(lambda config=config: launch(q, k, v, o, causal, scale, **config))
-                entry["tflops"] = flops / entry["ms"] / 1e9
-                entry["vs_sdpa"] = sdpa_ms / entry["ms"]
-        except Exception as error:  # noqa: BLE001 - a config that fails is a row, not the end of the probe.
-            entry["error"] = f"{type(error).__name__}: {str(error)[:300]}"
-        row["configs"].append(entry)
-        print(row["problem"], entry, flush=True)
+    row = {"problem": [Z, H, N, D, causal, dtype_name], "reference": "sdpa", "reference_ms": sdpa_ms, "configs": []}
+    o = torch.full_like(q, float("nan"))
+
+    def run(config: dict) -> None:
+        launch(q, k, v, o, causal, scale, **config)
+
+    # Error: the largest absolute difference from SDPA in fp32 (outputs are O(1)).
+    check_and_time(row, CONFIGS, run, lambda: (o.float() - ref).abs().max().item(), 2e-2,
+                   4.0 * Z * H * N * N * D * (0.5 if causal else 1.0), sdpa_ms)
     # The refined TMA kernel (attention's live variant on Hopper) on its usual best tiles.
-    attention, best = get("attention"), math.inf
     inputs = {"q": q, "k": k, "v": v, "o": o, "causal": causal, "sm_scale": scale}
-    for BLOCK_M, BLOCK_N, warps, stages in ((128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3)):
-        config = {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "num_warps": warps, "num_stages": stages, "TMA": 2}
-        try:
-            attention.launch(inputs, config)
-            best = min(best, do_bench_ms(lambda config=config: attention.launch(inputs, config)))
-        except Exception as error:  # noqa: BLE001
-            print("tma", config, error, flush=True)
-    row["tma_best_ms"] = best
+    row["builtin_best_ms"] = builtin_best_ms("attention", inputs, [
+        {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages, "TMA": 2}
+        for bm, bn, warps, stages in ((128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3))])
     return row
 
 
-def measure(out_dir: Path, count: int) -> None:
-    rows = []
-    for problem in PROBLEMS[:count]:
-        rows.append(measure_problem(*problem))
-        (out_dir / "gluon_attention.json").write_text(json.dumps(rows, indent=1))
-    for row in rows:
-        ok = [c for c in row["configs"] if "ms" in c]
-        if ok:
-            b = min(ok, key=lambda c: c["ms"])
-            print(f"{row['problem']}: sdpa {row['sdpa_ms']:.4f} ms, tma {row['tma_best_ms']:.4f}, gluon {b['ms']:.4f} "
-                  f"({b['BLOCK_N']}, {b['STAGES']}): {b['vs_sdpa']:.3f}x sdpa")
-        else:
-            print(f"{row['problem']}: no gluon config ran correctly")
+def compile_report() -> None:
+    from dr_kernel.analysis import binary_resources
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, help="folder for gluon_attention.json (on a GPU)")
-    parser.add_argument("--compile-only", action="store_true", help="compile every config for sm_90 and report")
-    parser.add_argument("--problems", type=int, default=len(PROBLEMS),
-                        help="measure the first this many problems (1: a smoke test before the whole run)")
-    args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    if args.compile_only:
-        from dr_kernel.analysis import binary_resources
-
-        for D in (64, 128):
-            for causal in (False, True):
-                for config in CONFIGS:
-                    try:
-                        kernel = compile_for_sm90(D, config["BLOCK_N"], config["STAGES"], causal, bool(config["PIPE"]))
-                        regs, spills = binary_resources(kernel.kernel, kernel.asm.get("ptx"))
-                        print(f"HEAD_DIM {D} causal {causal:d} {config}: shared {kernel.metadata.shared} B, "
-                              f"{kernel.metadata.num_warps} warps, {regs} registers, {spills} spilled words")
-                    except Exception as error:  # noqa: BLE001
-                        print(D, causal, config, "failed:", type(error).__name__, str(error)[:500])
-        return
-    args.out.mkdir(parents=True, exist_ok=True)
-    measure(args.out, args.problems)
+    for D in (64, 128):
+        for causal in (False, True):
+            for config in CONFIGS:
+                try:
+                    kernel = compile_for_sm90(D, config["BLOCK_N"], config["STAGES"], causal, bool(config["PIPE"]))
+                    regs, spills = binary_resources(kernel.kernel, kernel.asm.get("ptx"))
+                    print(f"HEAD_DIM {D} causal {causal:d} {config}: shared {kernel.metadata.shared} B, "
+                          f"{kernel.metadata.num_warps} warps, {regs} registers, {spills} spilled words")
+                except Exception as error:  # noqa: BLE001
+                    print(D, causal, config, "failed:", type(error).__name__, str(error)[:500])
 
 
 if __name__ == "__main__":
-    main()
+    gluon_probe.main(__doc__, "gluon_attention.json", PROBLEMS, measure_problem, compile_report, "sdpa")

@@ -20,13 +20,9 @@ ms, TFLOP/s, cuBLAS's ms, the built-in matmul's best over a few tiles) go to DIR
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-import time
-from pathlib import Path
-
+import gluon_probe
 import triton
+from gluon_probe import builtin_best_ms, check_and_time, do_bench_ms
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -199,14 +195,10 @@ PROBLEMS = [  # (M, N, K, dtype): the two shapes under 0.8x, and the ops set's o
 ]
 
 
-def do_bench_ms(fn) -> float:
-    """Median ms of fn's launches over 100 ms, the L2 cleared before each (triton.testing.do_bench)."""
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-
 def measure_problem(M: int, N: int, K: int, dtype_name: str) -> dict:
+    """cuBLAS, every Gluon config (checked against an fp32 product first) and the built-in
+    matmul's best over four usual tiles, on one problem."""
     import torch
-    from dr_kernel.kernels import get
 
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -214,85 +206,38 @@ def measure_problem(M: int, N: int, K: int, dtype_name: str) -> dict:
     b = torch.randn((K, N), generator=gen, device="cuda", dtype=dtype)
     ref = a.float() @ b.float()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    flops = 2.0 * M * N * K
     cublas_ms = do_bench_ms(lambda: torch.matmul(a, b))
-    row = {"problem": [M, N, K, dtype_name], "cublas_ms": cublas_ms, "configs": []}
-    c = torch.empty((M, N), device="cuda", dtype=dtype)
-    for config in CONFIGS:
-        entry = dict(config)
-        try:
-            # N not a multiple of 8 cannot be a TMA stride (16 bytes): such a shape is not served.
-            assert (N * a.element_size()) % 16 == 0 and (K * a.element_size()) % 16 == 0, "unaligned rows"
-            c.fill_(float("nan"))
-            print("launching", row["problem"], config, flush=True)  # A pipeline that deadlocks hangs here.
-            started = time.perf_counter()
-            launch(a, b, c, **config, sms=sms)
-            torch.cuda.synchronize()
-            entry["first_launch_s"] = time.perf_counter() - started
-            entry["rel_err"] = ((c.float() - ref).norm() / ref.norm()).item()
-            entry["correct"] = bool(entry["rel_err"] < 1e-2)
-            if entry["correct"]:
-                entry["ms"] = do_bench_ms(lambda config=config: launch(a, b, c, **config, sms=sms))
-                entry["tflops"] = flops / entry["ms"] / 1e9
-                entry["vs_cublas"] = cublas_ms / entry["ms"]
-        except Exception as error:  # noqa: BLE001 - a config that fails is a row, not the end of the probe.
-            entry["error"] = f"{type(error).__name__}: {str(error)[:300]}"
-        row["configs"].append(entry)
-        print(row["problem"], entry, flush=True)
+    row = {"problem": [M, N, K, dtype_name], "reference": "cublas", "reference_ms": cublas_ms, "configs": []}
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+
+    def run(config: dict) -> None:
+        # TMA strides must be multiples of 16 bytes: a shape with rows that are not is not served.
+        assert (N * a.element_size()) % 16 == 0 and (K * a.element_size()) % 16 == 0, "rows not 16-byte aligned"
+        launch(a, b, c, **config, sms=sms)
+
+    # Error: the Frobenius norm of the difference over the fp32 product's.
+    check_and_time(row, CONFIGS, run, lambda: ((c.float() - ref).norm() / ref.norm()).item(), 1e-2,
+                   2.0 * M * N * K, cublas_ms)
     # The built-in matmul (recorded kernel) on a few of its usual best tiles.
-    matmul, best = get("matmul"), float("inf")
-    inputs = matmul.make_inputs({"M": M, "N": N, "K": K}, dtype_name, "cuda")
-    for bm, bn, bk, warps, stages in ((128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (128, 128, 64, 4, 4),
-                                      (64, 128, 64, 4, 4)):
-        config = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps,
-                  "num_stages": stages}
-        try:
-            matmul.launch(inputs, config)
-            best = min(best, do_bench_ms(lambda config=config: matmul.launch(inputs, config)))
-        except Exception as error:  # noqa: BLE001
-            print("builtin", config, error, flush=True)
-    row["builtin_best_ms"] = best
+    inputs = {"a": a, "b": b, "c": torch.empty_like(c)}
+    row["builtin_best_ms"] = builtin_best_ms("matmul", inputs, [
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": warps, "num_stages": stages}
+        for bm, bn, warps, stages in ((128, 128, 8, 3), (128, 256, 8, 3), (128, 128, 4, 4), (64, 128, 4, 4))])
     return row
 
 
-def measure(out_dir: Path, count: int) -> None:
-    rows = []
-    for problem in PROBLEMS[:count]:
-        rows.append(measure_problem(*problem))
-        (out_dir / "gluon_matmul.json").write_text(json.dumps(rows, indent=1))
-    for row in rows:
-        ok = [c for c in row["configs"] if "ms" in c]
-        if ok:
-            b = min(ok, key=lambda c: c["ms"])
-            print(f"{row['problem']}: cublas {row['cublas_ms']:.4f} ms, builtin {row['builtin_best_ms']:.4f}, "
-                  f"gluon {b['ms']:.4f} ({b['BM']}x{b['BN']}, {b['STAGES']} stages): {b['vs_cublas']:.3f}x cublas")
-        else:
-            print(f"{row['problem']}: no gluon config ran correctly")
+def compile_report() -> None:
+    from dr_kernel.analysis import binary_resources
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, help="folder for gluon_matmul.json (on a GPU)")
-    parser.add_argument("--compile-only", action="store_true", help="compile every config for sm_90 and report")
-    parser.add_argument("--problems", type=int, default=len(PROBLEMS),
-                        help="measure the first this many problems (1: a smoke test before the whole run)")
-    args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    if args.compile_only:
-        from dr_kernel.analysis import binary_resources
-
-        for config in CONFIGS:
-            try:
-                kernel = compile_for_sm90(config)
-                regs, spills = binary_resources(kernel.kernel, kernel.asm.get("ptx"))
-                print(f"{config}: shared {kernel.metadata.shared} B, {kernel.metadata.num_warps} warps, "
-                      f"{regs} registers, {spills} spilled words")
-            except Exception as error:  # noqa: BLE001
-                print(config, "failed:", type(error).__name__, str(error)[:800])
-        return
-    args.out.mkdir(parents=True, exist_ok=True)
-    measure(args.out, args.problems)
+    for config in CONFIGS:
+        try:
+            kernel = compile_for_sm90(config)
+            regs, spills = binary_resources(kernel.kernel, kernel.asm.get("ptx"))
+            print(f"{config}: shared {kernel.metadata.shared} B, {kernel.metadata.num_warps} warps, "
+                  f"{regs} registers, {spills} spilled words")
+        except Exception as error:  # noqa: BLE001
+            print(config, "failed:", type(error).__name__, str(error)[:800])
 
 
 if __name__ == "__main__":
-    main()
+    gluon_probe.main(__doc__, "gluon_matmul.json", PROBLEMS, measure_problem, compile_report, "cublas")
