@@ -42,14 +42,14 @@ matmul_sweep() {  # name shape precision limit_s
   sweep "$1" matmul "$2" "$3" 40 "$mm_b"
 }
 
-gluon_probe() {  # name script: one problem under GLUON_SMOKE_TIMEOUT, then all under GLUON_TIMEOUT
+gluon_probe() {  # name script limit_s: one problem under GLUON_SMOKE_TIMEOUT, then all under GLUON_TIMEOUT or limit_s
   timeout -k 10 "${GLUON_SMOKE_TIMEOUT:-120}" python3 "benchmarks/$2" --out "$work/$1-smoke" --problems 1 \
     > "$work/$1-smoke.log" 2>&1
   local rc=$?
   echo "$1 smoke: rc $rc after $(elapsed) s"; grep -v Warning "$work/$1-smoke.log" | tail -12
   pack
   [ "$rc" = 0 ] || return 0
-  timeout -k 10 "${GLUON_TIMEOUT:-300}" python3 "benchmarks/$2" --out "$work/$1" > "$work/$1.log" 2>&1
+  timeout -k 10 "${GLUON_TIMEOUT:-$3}" python3 "benchmarks/$2" --out "$work/$1" > "$work/$1.log" 2>&1
   echo "$1: rc $? after $(elapsed) s"; grep -v Warning "$work/$1.log" | tail -20
   pack
 }
@@ -127,9 +127,10 @@ for step in "$@"; do
     gluonattn)  # Issue 11: the warp-specialised Gluon attention forward against SDPA and the TMA kernel.
       # A pipeline that deadlocks hangs its launch (the log names the config launched last): one
       # problem first under a short limit, the rest only if it ran.
-      gluon_probe gluonattn gluon_attention_probe.py ;;
+      # About 80 compiles of the probe's kernels and the baselines' at 2-5 s each: 420 s.
+      gluon_probe gluonattn gluon_attention_probe.py 420 ;;
     gluonmm)  # Issue 11: the persistent warp-specialised Gluon GEMM against cuBLAS and the built-in matmul.
-      gluon_probe gluonmm gluon_matmul_probe.py ;;
+      gluon_probe gluonmm gluon_matmul_probe.py 300 ;;
     opsprofile)  # Where a dr_kernel.ops call's host time goes.
       timeout -k 10 200 python3 benchmarks/ops_dispatch_profile.py --out "$work/opsprofile" > "$work/opsprofile.log" 2>&1
       echo "opsprofile: rc $? after $(elapsed) s"; grep -v Warning "$work/opsprofile.log" | head -60

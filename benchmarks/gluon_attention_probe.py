@@ -153,7 +153,7 @@ def _blocks_pipelined(acc, q, offs_m, N_CTX, mine, qk_scale, k_smem, v_smem, k_r
 
 
 @gluon.jit
-def _consumer(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,  # noqa: E741
+def _consumer(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, k_smem, v_smem, q_bar, k_ready,  # noqa: E741
               v_ready, kv_empty, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, TAIL: gl.constexpr, PIPE: gl.constexpr):
     # One warpgroup, rows row0 + WHICH * ROWS onwards: the online softmax over the key blocks,
@@ -188,7 +188,7 @@ def _consumer(O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, 
     out_rows = acc / gl.expand_dims(gl.convert_layout(l_i, rows_o), 1)
     layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], O.dtype.element_ty)
     o_desc = tma.make_tensor_descriptor(O + base, [N_CTX, HEAD_DIM], [HEAD_DIM, 1], [ROWS, HEAD_DIM], layout)
-    buffer = o_smem.index(WHICH)
+    buffer = q_smem.index(WHICH)  # Its query rows are read: the buffer takes the output rows.
     buffer.store(out_rows.to(O.dtype.element_ty))
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [first, 0], buffer)
@@ -214,7 +214,6 @@ def attn_fwd_ws_kernel(Q, K, V, O, sm_scale, s_z, s_h, H, N_CTX,  # noqa: E741
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout)
-    o_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -228,11 +227,11 @@ def attn_fwd_ws_kernel(Q, K, V, O, sm_scale, s_z, s_h, H, N_CTX,  # noqa: E741
         mbarrier.init(kv_empty.index(i), count=2)  # Released by both consumers.
     qk_scale = sm_scale * 1.4426950408889634
     gl.warp_specialize([
-        (_consumer, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
+        (_consumer, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, k_smem, v_smem, q_bar, k_ready,
                      v_ready, kv_empty, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL, PIPE)),
         (_load_partition, (Q, K, V, base, row0, N_CTX, n_blocks, q_smem, k_smem, v_smem, q_bar, k_ready, v_ready,
                            kv_empty, HEAD_DIM, BLOCK_N, STAGES)),
-        (_consumer, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, o_smem, k_smem, v_smem, q_bar, k_ready,
+        (_consumer, (O, base, row0, N_CTX, n_blocks, qk_scale, q_smem, k_smem, v_smem, q_bar, k_ready,
                      v_ready, kv_empty, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, TAIL, PIPE)),
     ], [1, 4], [24, 240])
 
@@ -274,10 +273,11 @@ def compile_for_sm90(head_dim: int, block_n: int, stages: int, causal: bool, pip
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": MAXNREG})
 
 
-PROBLEMS = [  # (Z, H, N_CTX, HEAD_DIM, causal, dtype): the ops set's head-dim-128 shapes and a few of 64.
+PROBLEMS = [  # (Z, H, N_CTX, HEAD_DIM, causal, dtype): the ops set's head-dim-128 and -256 shapes, a few of 64.
     (2, 16, 8192, 128, False, "bf16"), (2, 16, 8192, 128, True, "fp16"), (1, 8, 16384, 128, True, "bf16"),
     (4, 32, 2048, 128, False, "fp16"), (4, 32, 2048, 128, True, "bf16"), (8, 32, 1024, 128, True, "bf16"),
     (4, 32, 4096, 64, False, "fp16"), (4, 32, 4096, 64, True, "bf16"), (1, 32, 4096, 64, True, "fp16"),
+    (1, 16, 2048, 256, False, "bf16"),  # Head dim 256: only BLOCK_N 64 with 2 stages fits (197 KB).
 ]
 
 
@@ -313,7 +313,7 @@ def measure_problem(Z: int, H: int, N: int, D: int, causal: bool, dtype_name: st
 def compile_report() -> None:
     from dr_kernel.analysis import binary_resources
 
-    for D in (64, 128):
+    for D in (64, 128, 256):
         for causal in (False, True):
             for config in CONFIGS:
                 try:
