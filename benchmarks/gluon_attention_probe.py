@@ -104,7 +104,7 @@ def _blocks(acc, q, offs_m, N_CTX, mine, qk_scale, k_smem, v_smem, k_ready, v_re
         p16 = gl.convert_layout(p.to(v_smem.dtype), p_layout)
         mbarrier.wait(v_ready.index(stage), phase)
         acc = warpgroup_mma(p16, v_smem.index(stage), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=(acc,))
+        acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))  # P in registers is an operand: kept alive.
         mbarrier.arrive(kv_empty.index(stage), count=1)
         m_i = m_new
     return acc, l_i
@@ -139,7 +139,7 @@ def _blocks_pipelined(acc, q, offs_m, N_CTX, mine, qk_scale, k_smem, v_smem, k_r
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
         alpha = gl.exp2(m_i - m_new)
         l_i = l_i * alpha + gl.sum(p, 1)
-        acc = warpgroup_mma_wait(0, deps=(pv,))
+        acc, p16 = warpgroup_mma_wait(0, deps=(pv, p16))  # P stays alive until its PV retires.
         mbarrier.arrive(kv_empty.index(prev), count=1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, rows_o), 1)
         p16 = gl.convert_layout(p.to(v_smem.dtype), p_layout)
@@ -147,7 +147,7 @@ def _blocks_pipelined(acc, q, offs_m, N_CTX, mine, qk_scale, k_smem, v_smem, k_r
     last = (mine - 1) % STAGES
     mbarrier.wait(v_ready.index(last), ((mine - 1) // STAGES) & 1)
     acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
+    acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
     mbarrier.arrive(kv_empty.index(last), count=1)
     return acc, l_i
 
