@@ -29,7 +29,7 @@ import math
 
 import gluon_probe
 import triton
-from gluon_probe import builtin_best_ms, check_and_time, do_bench_ms
+from gluon_probe import MAXNREG, builtin_best_ms, check_and_time, do_bench_ms
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -236,10 +236,6 @@ def attn_fwd_ws_kernel(Q, K, V, O, sm_scale, s_z, s_h, H, N_CTX,  # noqa: E741
     ], [1, 4], [24, 240])
 
 
-# The kernel has 12 warps (the default consumer's 4, the load warp's group, the second consumer's
-# 4): 65,536 registers / 384 threads = 170 a thread, so at most 168; the load warp takes 24 and
-# the second consumer 240, the default partition what is left (240).
-MAXNREG = 168
 CONFIGS = [{"BLOCK_N": n, "STAGES": s, "PIPE": p} for p in (0, 1) for n in (64, 128) for s in (2, 3)]
 
 
@@ -258,19 +254,14 @@ def launch(q, k, v, o, causal: bool, sm_scale: float, BLOCK_N: int, STAGES: int,
 
 def compile_for_sm90(head_dim: int, block_n: int, stages: int, causal: bool, pipe: bool = False,
                      dtype: str = "fp16"):
-    """Compiles the kernel for sm_90 without a GPU (ptxas from Triton's wheel)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
+    """Compiles the kernel for sm_90 without a GPU."""
     pointer = f"*{dtype}"
     signature = {"Q": pointer, "K": pointer, "V": pointer, "O": pointer, "sm_scale": "fp32", "s_z": "i32",
                  "s_h": "i32", "H": "i32", "N_CTX": "i32", "HEAD_DIM": "constexpr", "BLOCK_N": "constexpr",
                  "STAGES": "constexpr", "CAUSAL": "constexpr", "TAIL": "constexpr", "PIPE": "constexpr"}
     constexprs = {"HEAD_DIM": head_dim, "BLOCK_N": block_n, "STAGES": stages, "CAUSAL": causal, "TAIL": False,
                   "PIPE": pipe}
-    names = attn_fwd_ws_kernel.arg_names
-    src = GluonASTSource(attn_fwd_ws_kernel, signature, {(names.index(k),): v for k, v in constexprs.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": MAXNREG})
+    return gluon_probe.compile_for_sm90(attn_fwd_ws_kernel, signature, constexprs)
 
 
 PROBLEMS = [  # (Z, H, N_CTX, HEAD_DIM, causal, dtype): the ops set's head-dim-128 and -256 shapes, a few of 64.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import gluon_probe
 import triton
-from gluon_probe import builtin_best_ms, check_and_time, do_bench_ms
+from gluon_probe import MAXNREG, builtin_best_ms, check_and_time, do_bench_ms
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -159,7 +159,6 @@ def matmul_ws_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sbk, scm, BM: gl.constex
     ], [1, 4], [24, 240])
 
 
-MAXNREG = 168  # 12 warps: 65,536 / 384 = 170 a thread (see gluon_attention_probe.py).
 CONFIGS = [{"BM": bm, "BN": bn, "BK": 64, "GROUP_M": 8, "STAGES": s}
            for bm, bn, s in ((128, 128, 2), (64, 128, 4), (64, 256, 2), (128, 64, 4), (64, 64, 4))]
 
@@ -177,16 +176,11 @@ def launch(a, b, c, BM: int, BN: int, BK: int, GROUP_M: int, STAGES: int, sms: i
 
 
 def compile_for_sm90(config: dict, dtype: str = "fp16"):
-    """Compiles the kernel for sm_90 without a GPU (ptxas from Triton's wheel)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
+    """Compiles the kernel for sm_90 without a GPU."""
     pointer = f"*{dtype}"
     signature = {"a_ptr": pointer, "b_ptr": pointer, "c_ptr": pointer, "M": "i32", "N": "i32", "K": "i32",
                  "sam": "i32", "sbk": "i32", "scm": "i32", **{name: "constexpr" for name in config}}
-    names = matmul_ws_kernel.arg_names
-    src = GluonASTSource(matmul_ws_kernel, signature, {(names.index(k),): v for k, v in config.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": MAXNREG})
+    return gluon_probe.compile_for_sm90(matmul_ws_kernel, signature, config)
 
 
 PROBLEMS = [  # (M, N, K, dtype): the two shapes under 0.8x, and the ops set's others for the geomean.
