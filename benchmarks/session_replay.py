@@ -56,8 +56,9 @@ ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0, "second_opinion": 0.0, "bina
 
 
 # Values added to a kernel's live space since the first recorded sessions, which rows without a
-# record of their space did not search: matmul's persistent TMA kernel (third session of 2026-12-06).
-SPACE_ADDED = {"matmul": {"TMA": [2]}}
+# record of their space did not search: matmul's persistent TMA kernel (third session of 2026-12-06),
+# attention's warp-specialised one (sixth session of 2026-12-06).
+SPACE_ADDED = {"matmul": {"TMA": [2]}, "attention": {"TMA": [3, 4]}}
 
 
 class LeftThePath(Exception):
@@ -197,9 +198,11 @@ def replay(row: dict, options: dict, stop: str, static: dict[tuple, dict], fill:
     as_run = session.get("options_as_run", False)
     ran_with = {k: v for k, v in ran_with.items() if k not in stop_rule and (as_run or k not in SIZED_OPTIONS)}
     ran_with.update(stop_options(stop, session["strategy"]))
+    # A session that opened with configs of a variant no table holds (BuiltinKernel.opening) opens so again.
+    opening = [h["config"] for h in session["history"] if str(h.get("why") or "").startswith("opening")]
     try:
         result = run_session(problem, space, measure, strategy=session["strategy"], max_evals=session["max_evals"],
-                             options={**ran_with, **options}, observe=observe)
+                             options={**ran_with, **options}, observe=observe, opening=opening)
     except LeftThePath as left:
         return {"left_at": left.args[0]}
     ok = [m["ms"] for _, m, _ in result.history if m["status"] == "ok"]

@@ -239,20 +239,46 @@ def test_a_tma_launch_refuses_operands_that_do_not_start_on_16_bytes_naming_them
 
 
 def test_a_live_attention_tuning_on_hopper_searches_the_tma_kernel_on_the_tiles_it_was_measured_on():
-    from dr_kernel.analysis import A100, H200
+    from dr_kernel.analysis import A100, B200, H200
 
     attention = BUILTINS["attention"]
     shape = {"Z": 2, "H": 16, "N_CTX": 8192, "HEAD_DIM": 128, "CAUSAL": False}
     recorded = list(attention.search_space().configs())
     live = list(attention.space_for(shape, H200).configs())
     tma = [c for c in live if c["TMA"] == 2]  # The refined TMA kernel: it beat TMA = 1 on every problem measured.
-    assert {c["TMA"] for c in live} == {0, 2}
+    assert {c["TMA"] for c in live} == {0, 2, 3, 4}
     assert [c for c in live if c["TMA"] == 0] == recorded and {c["TMA"] for c in recorded} == {0}
     # BLOCK_M 64-256, BLOCK_N 32-128, 4 or 8 warps, 2-4 stages: 3 * 3 * 2 * 3.
     assert len(tma) == 54 and all(c["BLOCK_M"] >= 64 and c["BLOCK_N"] >= 32 and c["num_warps"] >= 4
                                   and c["num_stages"] >= 2 for c in tma)
-    # Before compute capability 9.0 there are no tensor descriptors to copy through.
+    # The warp-specialised Gluon kernel (3, and 4 with the overlap inside a warpgroup): 128-row tiles
+    # of two 4-warp warpgroups, key blocks of 64 or 128, 2-4 stages.
+    ws = [c for c in live if c["TMA"] >= 3]
+    assert {(c["BLOCK_M"], c["num_warps"]) for c in ws} == {(128, 4)} and len(ws) == 2 * 2 * 3
+    assert {(c["BLOCK_N"], c["num_stages"]) for c in ws} == {(n, s) for n in (64, 128) for s in (2, 3, 4)}
+    # Before compute capability 9.0 there are no tensor descriptors to copy through; after it no
+    # warpgroup MMA (sm_100 has its own); Triton's interpreter does not run Gluon.
     assert list(attention.space_for(shape, A100).configs()) == recorded
+    assert {c["TMA"] for c in attention.space_for(shape, B200).configs()} == {0, 2}
+    assert [c for c in attention.space_for(shape, H200, interpret=True).configs()] == \
+        [c for c in live if c["TMA"] < 3]
+
+
+@pytest.mark.parametrize(("head_dim", "opened"), [
+    (128, [(4, 64, 3), (3, 128, 2)]), (64, [(4, 64, 3), (3, 128, 2)]), (256, [(3, 64, 2)])])
+def test_a_tuning_on_hopper_opens_with_the_warp_specialised_kernels_measured_winners_that_fit(head_dim, opened):
+    from dr_kernel.analysis import A100, H200, analyse
+
+    attention = BUILTINS["attention"]
+    shape = {"Z": 1, "H": 16, "N_CTX": 2048, "HEAD_DIM": head_dim, "CAUSAL": True}
+    opening = attention.opening(shape, H200)
+    assert [(c["TMA"], c["BLOCK_N"], c["num_stages"]) for c in opening] == opened
+    # What opens a tuning compiles within the H200's shared memory (head dim 256 fits one).
+    for config in opening:
+        report = analyse(attention, shape, "bf16", config, H200)
+        assert report.valid and report.threads == 12 * 32 and report.n_spills == 0, report.reason
+    assert attention.opening(shape, A100) == [] and attention.opening(shape, H200, interpret=True) == []
+    assert BUILTINS["matmul"].opening({"M": 64, "N": 64, "K": 64}, H200) == []
 
 
 def test_a_live_matmul_tuning_adds_splits_of_k_where_tiles_leave_sms_idle_and_leaves_out_spilling_accumulators():

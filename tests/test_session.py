@@ -689,3 +689,35 @@ def test_a_slow_compile_among_the_first_gets_the_deadline_once_it_is_known(monke
     finally:
         stage.close()
     assert not report.valid and report.reason.startswith("compile timed out before, in an earlier tuning") and took < 1
+
+
+class Valley:
+    """A benchmarker whose one optimum, X=6 and Y=3, lies in a corner the fake family's prior knows
+    nothing of: time grows with the steps away from it."""
+
+    def __init__(self):
+        self.seen: list[dict] = []
+
+    def __call__(self, configs, best_ms):
+        self.seen.extend(configs)
+        return [({"status": "ok", "ms": 1.0 + abs(c["X"] - 6) + abs(c["Y"] - 3), "ms_p20": 1.0, "ms_p80": 1.0,
+                  "relerr": 0.0, "load_s": 0.1}, 0.25) for c in configs]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_an_opening_is_measured_first_within_the_budget_and_the_agent_climbs_from_it(seed):
+    # attention's warp-specialised variant is in no table, so its opening configs are measured
+    # before the agent proposes anything (BuiltinKernel.opening); the agent finds them in its history.
+    space = make_space({"X": list(range(8)), "Y": [0, 1, 2, 3]})
+    valley = Valley()
+    result = run_session(PROBLEM, space, valley, strategy="ppo", max_evals=6, seed=seed,
+                         opening=[{"X": 6, "Y": 3}, {"X": 6, "Y": 3}, {"X": 0, "Y": 0}])
+    configs = [c for c, _, _ in result.history]
+    why = [m["why"] for _, m, _ in result.history]
+    assert configs[:2] == [{"X": 6, "Y": 3}, {"X": 0, "Y": 0}]  # Once each, in one batch, counted.
+    assert why[:2] == ["opening: a variant the cost model has no rows of"] * 2
+    assert len(configs) == len(valley.seen) == 6 and len({tuple(c.values()) for c in configs}) == 6
+    assert result.best_config == {"X": 6, "Y": 3}
+    # On a family its cost model never saw the agent climbs from the best measured config at once:
+    # the opening's.
+    assert why[2] == "climb" and abs(configs[2]["X"] - 6) + abs(configs[2]["Y"] - 3) == 1

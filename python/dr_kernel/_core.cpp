@@ -1,5 +1,6 @@
 // The one binding file: plain data (dicts, lists, numbers) and callbacks cross; logic stays in C++
 // (cpp/) or in pure Python (python/dr_kernel/).
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -405,7 +406,7 @@ NB_MODULE(_core, m) {
   // with "why" the strategy proposed the config where it says (ppo's "climb", "twin: ...").
   m.def("tune", [](const nb::dict& problem, const Space& space, nb::callable measure, const std::string& strategy,
                    int64_t max_evals, double max_seconds, uint64_t seed, const std::map<std::string, double>& options,
-                   nb::object on_trial, nb::object observe) {
+                   nb::object on_trial, nb::object observe, const nb::list& opening) {
         auto measure_batch = [&space, measure](const std::vector<Config>& configs) {
           nb::list batch;
           for (const auto& c : configs) batch.append(FromNamed(space.Named(c)));
@@ -429,6 +430,21 @@ NB_MODULE(_core, m) {
           evaluator.OnTrial([&](const Trial& t) {
             on_trial(FromNamed(space.Named(t.config)), FromMeasurement(t.measurement), t.elapsed_s);
           });
+        // The opening: configs measured before the strategy proposes anything (one batch, within the
+        // budget), which every strategy finds in its history (a variant the cost model has no rows
+        // of, so that it cannot rank it: BuiltinKernel.opening).
+        std::vector<Config> first;
+        for (auto item : opening) {
+          Config c = ToConfig(space, nb::cast<nb::dict>(item));
+          if (space.IsValid(c) && std::find(first.begin(), first.end(), c) == first.end()) first.push_back(std::move(c));
+        }
+        if (!first.empty()) {
+          const std::vector<std::string> why(first.size(), "opening: a variant the cost model has no rows of");
+          try {
+            evaluator.Evaluate(first, &why);
+          } catch (const StopTuning&) {
+          }
+        }
         RunStrategy(strategy, evaluator, seed, options);
         nb::list history;
         for (const auto& t : evaluator.history()) {
@@ -439,5 +455,5 @@ NB_MODULE(_core, m) {
         return history;
       }, nb::arg("problem"), nb::arg("space"), nb::arg("measure"), nb::arg("strategy"), nb::arg("max_evals"),
       nb::arg("max_seconds"), nb::arg("seed"), nb::arg("options") = std::map<std::string, double>{},
-      nb::arg("on_trial") = nb::none(), nb::arg("observe") = nb::none());
+      nb::arg("on_trial") = nb::none(), nb::arg("observe") = nb::none(), nb::arg("opening") = nb::list());
 }

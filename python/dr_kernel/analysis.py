@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .kernels.base import COMPILE_OPTIONS, BuiltinKernel, dtype_name, python_function
+from .kernels.base import COMPILE_OPTIONS, BuiltinKernel, dtype_name, is_gluon, python_function
 
 
 @dataclass(frozen=True)
@@ -507,6 +507,8 @@ def compile_kernel(fn: Any, signature: Mapping[str, str], constexprs: Mapping[st
     from triton import knobs
     from triton.compiler import ASTSource
 
+    if is_gluon(fn):
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     source = ASTSource(fn=_as_compilable(fn), signature=dict(signature), constexprs=dict(constexprs),
                        attrs=dict(attrs or {}))
     watch, previous = _CacheWatch(), knobs.compilation.listener

@@ -144,7 +144,8 @@ def current_winner(entry: Entry, store, *, interpret: bool, tune: bool, budget: 
     kernel = get(entry.kernel)
     device = device_name(interpret)
     problem = builtin_problem(kernel, entry.shape, entry.precision, device)
-    space = kernel.space_for(entry.shape, None if interpret else device_limits(0))  # The space tune_builtin searches.
+    # The space tune_builtin searches.
+    space = kernel.space_for(entry.shape, None if interpret else device_limits(0), interpret)
 
     def stored_winner() -> dict | None:
         # The session's rule for a config's time: the median of its repeats (the confirmation

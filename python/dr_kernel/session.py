@@ -398,7 +398,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 confirm: int = 0, confirm_rounds: int = 3, confirm_within: float = 0.10,
                 parallel: int = 1, known: Mapping[tuple, dict] | None = None,
                 in_process: bool = False, first: Sequence[dict] = (),
-                observe: Callable[[dict], dict | None] | None = None) -> SessionResult:
+                observe: Callable[[dict], dict | None] | None = None, opening: Sequence[dict] = ()) -> SessionResult:
     """Tunes one problem and returns what happened.
 
     `measure(configs, best_ms)` validates and times configs on the device and returns one
@@ -433,6 +433,9 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
     winner being re-tuned, so that what replaces it is measured beside it): they head the history
     and are known to the strategy from then on (proposing one costs nothing), so the history holds
     at most len(first) more evaluations than `max_evals`.
+
+    `opening` are configs the strategy's evaluator measures before the strategy proposes anything,
+    within `max_evals`, so that the strategy finds them in its history (BuiltinKernel.opening).
     """
     from . import _core
 
@@ -640,7 +643,7 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
                 trial(config, m, spent)
             known = {**(known or {}), **{_key(c): m for c, m, _ in ahead}}
         history = _core.tune(dict(problem), space, step, strategy, max_evals, max_seconds, seed, options, trial,
-                             asked)
+                             asked, [dict(c) for c in opening])
         offset = ahead[-1][2] if ahead else 0.0
         seen = {_key(c) for c, _, _ in ahead}
         result.history = ahead + [(c, m, s + offset) for c, m, s in history if _key(c) not in seen]
@@ -820,7 +823,7 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
     if limits is None:
         limits = H200 if interpret else device_limits(0)
     if space is None:
-        space = kernel.space_for(shape, limits)
+        space = kernel.space_for(shape, limits, interpret)
     problem = builtin_problem(kernel, shape, dtype, device_name(interpret))
     settings = settings or _settings()
     job = BuiltinJob(kernel.name, dict(shape), dtype)
@@ -838,11 +841,14 @@ def tune_builtin(kernel, shape: Mapping[str, Any], dtype: str = "fp16", *, strat
         if pool is None:  # The compile workers are forked by now; this process's CUDA start overlaps them.
             measure, parallel = in_process(job, job.setup(devices[0]), settings, devices[0]), 1
         known = stored_measurements(store, problem, space) if resume and store is not None else None
+        # The agent's prior cannot rank a variant no table holds: its opening is measured first.
+        opening = [c for c in kernel.opening(shape, limits, interpret) if space.is_valid(c)
+                   ] if strategy == "ppo" else []
         return run_session(problem, space, measure, static=stage, strategy=strategy, max_evals=max_evals,
                            max_seconds=max_seconds, seed=seed, options=options, store=store, source=source,
                            on_trial=on_trial, prefetch=prefetch, parallel=parallel, confirm=settings.confirm,
                            confirm_rounds=settings.confirm_rounds, confirm_within=settings.confirm_within,
-                           known=known, in_process=pool is None)
+                           known=known, in_process=pool is None, opening=opening)
     finally:
         stage.close()
         if own_pool:

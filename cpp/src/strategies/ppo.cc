@@ -232,6 +232,10 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     walks.back().SetRandomJumpDraws(static_cast<int>(options.Int("jump_draws")));
     walks.back().SetAlikeWidth(options.Get("alike"));
   }
+  // Measurements taken before the strategy started (an opening: configs of a variant the cost
+  // model has no rows of) are every walk's from the start.
+  for (const Trial& t : evaluator.history())
+    for (auto& w : walks) w.Record(t.config, t.measurement);
   double epsilon = options.Get("epsilon");
   const double decay = options.Get("decay");
   // Online fine-tuning: the session's own copy of the policy, updated from its walkers' decisions.

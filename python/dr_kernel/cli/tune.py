@@ -68,7 +68,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if space is None:  # The kernel's space for this problem, on this GPU (the H200's in the interpreter).
         from ..analysis import device_limits
 
-        space = kernel.space_for(shape, None if interpret else device_limits(0))
+        space = kernel.space_for(shape, None if interpret else device_limits(0), interpret)
     store = open_store(args.db)
     progress = Progress(min(args.budget, space.count_valid()), f"tune {kernel.name}",
                         enabled=False if args.json else None)

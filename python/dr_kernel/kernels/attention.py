@@ -13,6 +13,7 @@ import math
 import triton
 import triton.language as tl
 
+from .attention_ws import attn_fwd_ws_kernel
 from .base import BuiltinKernel, Pointer, cdiv, check_starts_aligned, ensure_allocator
 
 
@@ -137,14 +138,33 @@ def attn_fwd_tma_kernel(Q, K, V, O, sm_scale, s_z, s_h, s_m, H, N_CTX,  # noqa: 
 def _variant(config, shape):
     """The recorded kernel, or with TMA = 1 the one that loads through tensor descriptors and masks
     only the blocks on the diagonal or the sequence's end (sm_90 and later); TMA = 2 is that kernel
-    REFINED (heavy causal tiles first, the scale fused into the exponent), the one a tuning searches."""
-    return attn_fwd_tma_kernel if config.get("TMA", 0) else attn_fwd_kernel
+    REFINED (heavy causal tiles first, the scale fused into the exponent), the one a tuning searches;
+    TMA = 3 the warp-specialised Gluon forward of attention_ws.py (sm_90 only), 4 the same with
+    FA3's softmax-under-PV overlap inside each warpgroup (PIPE)."""
+    tma = config.get("TMA", 0)
+    if tma >= WARP_SPECIALISED:
+        return attn_fwd_ws_kernel
+    return attn_fwd_tma_kernel if tma else attn_fwd_kernel
 
 
-def _kernel_config(config):
+# The first TMA value that launches the warp-specialised Gluon kernel.
+WARP_SPECIALISED = 3
+
+
+def _kernel_config(config, n_ctx=None):
+    """The kernel's own arguments and launch options for `config`: the Gluon kernel pipelines by
+    hand, so its stage count is a constexpr (STAGES) and so is whether the sequence ends inside a
+    key block (TAIL, from `n_ctx`)."""
+    tma = config.get("TMA", 0)
     out = {k: v for k, v in config.items() if k != "TMA"}
-    if config.get("TMA", 0) == 2:
+    if tma == 2:
         out["REFINED"] = True
+    elif tma >= WARP_SPECIALISED:
+        out["PIPE"] = tma == WARP_SPECIALISED + 1
+        if "num_stages" in config:
+            out["STAGES"] = config["num_stages"]
+        if n_ctx is not None:
+            out["TAIL"] = n_ctx % config["BLOCK_N"] != 0
     return out
 
 
@@ -154,21 +174,45 @@ def _kernel_config(config):
 # REFINED (TMA = 2) beat it on the same tiles by 1.14x, 1.02x and 1.02x (best against best; the same
 # config 1.11x, 1.01x and 1.02x in geomean) on three problems (sweeps-tma2, on an H100).
 TMA_RULE = "TMA == 0 or (BLOCK_M >= 64 and BLOCK_N >= 32 and num_warps >= 4 and num_stages >= 2)"
+# The warp-specialised kernel runs 128-row tiles as two warpgroups of 4 warps (and a load warp),
+# with key blocks of 64 or 128 in a ring of 2-4 stages (benchmarks/gluon_attention_probe.py).
+WS_RULE = "TMA < 3 or (BLOCK_M == 128 and BLOCK_N >= 64 and num_warps == 4 and num_stages >= 2)"
 
 
 def _problem_space(shape, limits):
-    """The space a tuning of `shape` searches: the recorded one, and on compute capability 9.0
-    and later the refined TMA kernel (TMA = 2) on the tiles of TMA_RULE beside it."""
+    """The space a tuning of `shape` searches: the recorded one; on compute capability 9.0 and
+    later the refined TMA kernel (TMA = 2) on the tiles of TMA_RULE beside it; and on 9.0 itself
+    (Hopper's warpgroup MMA) the warp-specialised kernel (TMA = 3 and 4) on the tiles of WS_RULE."""
     if limits.arch < 90:
         return dict(KERNEL.space), list(KERNEL.constraints)
+    if limits.arch == 90:
+        return {**KERNEL.space, "TMA": [0, 2, 3, 4]}, [*KERNEL.constraints, TMA_RULE, WS_RULE]
     return {**KERNEL.space, "TMA": [0, 2]}, [*KERNEL.constraints, TMA_RULE]
+
+
+def _opening(shape, limits):
+    """What a tuning on sm_90 measures before its agent proposes anything: the warp-specialised
+    kernel is in no recorded table, so the cost model cannot rank its configs (it put the two below
+    in 29th and 96th place of 258 on 2x16x8192x128). On an H100 (gluonattn, fifth session of
+    2026-12-06) TMA 4 with key blocks of 64 in three stages won the causal head-dim-128 problems,
+    TMA 3 with blocks of 128 in two stages was within 2 % of the best on the non-causal ones, and
+    head dim 256 fits only blocks of 64 in two stages. The first two whose query buffers and K/V
+    ring fit the device's shared memory."""
+    if limits.arch != 90:
+        return []
+    D = shape["HEAD_DIM"]
+    out = []
+    for tma, block_n, stages in ((4, 64, 3), (3, 128, 2), (3, 64, 2)):
+        if 2 * (2 * 64 * D + 2 * stages * block_n * D) + 1024 <= limits.shared_per_block and len(out) < 2:
+            out.append({"BLOCK_M": 128, "BLOCK_N": block_n, "num_warps": 4, "num_stages": stages, "TMA": tma})
+    return out
 
 
 def _arguments(shape, dtype, config):
     H, N, D = shape["H"], shape["N_CTX"], shape["HEAD_DIM"]
     return {"Q": Pointer(dtype), "K": Pointer(dtype), "V": Pointer(dtype), "O": Pointer(dtype),
             "sm_scale": 1.0 / math.sqrt(D), "s_z": H * N * D, "s_h": N * D, "s_m": D, "H": H, "N_CTX": N,
-            "HEAD_DIM": D, "CAUSAL": bool(shape["CAUSAL"]), **_kernel_config(config)}
+            "HEAD_DIM": D, "CAUSAL": bool(shape["CAUSAL"]), **_kernel_config(config, N)}
 
 
 def _make_inputs(shape, dtype, device, seed):
@@ -192,7 +236,7 @@ def _launch(fn, inputs, config):
         check_starts_aligned("attention", q=q, k=k, v=v, o=o)
         ensure_allocator()
     return fn[grid](q, k, v, o, inputs["sm_scale"], q.stride(0), q.stride(1), q.stride(2), H, N,
-                    HEAD_DIM=D, CAUSAL=inputs["causal"], **_kernel_config(config))
+                    HEAD_DIM=D, CAUSAL=inputs["causal"], **_kernel_config(config, N))
 
 
 def _reference(inputs):
@@ -228,13 +272,16 @@ KERNEL = BuiltinKernel(
         "BLOCK_N": [16, 32, 64, 128],
         "num_warps": [2, 4, 8],
         "num_stages": [1, 2, 3, 4],
-        # 1 launches attn_fwd_tma_kernel (compute capability 9.0 and later), 2 the same REFINED.
-        # The recorded tables have 0 only; a tuning on such a GPU searches 0 and 2 (_problem_space).
+        # 1 launches attn_fwd_tma_kernel (compute capability 9.0 and later), 2 the same REFINED,
+        # 3 and 4 attn_fwd_ws_kernel (9.0 only). The recorded tables have 0 only; a tuning on such
+        # a GPU searches 0, 2 and (on 9.0) 3 and 4 (_problem_space).
         "TMA": [0],
     },
     defaults={"TMA": 0},
     variant=_variant,
     _problem_space=_problem_space,
+    compiled_only={"TMA": [3, 4]},  # Gluon's kernel: not in Triton's interpreter.
+    _opening=_opening,
     constraints=[],
     shape_keys=("Z", "H", "N_CTX", "HEAD_DIM", "CAUSAL"),
     shapes=[

@@ -73,6 +73,12 @@ def _is_constexpr(param: inspect.Parameter) -> bool:
     return "constexpr" in (annotation if isinstance(annotation, str) else getattr(annotation, "__name__", ""))
 
 
+def is_gluon(fn: Any) -> bool:
+    """Whether `fn` is a @gluon.jit function (triton.experimental.gluon): compiled from a
+    GluonASTSource, and never run by Triton's interpreter."""
+    return bool(getattr(fn, "is_gluon", lambda: False)())
+
+
 def python_function(fn: Any) -> Callable:
     """Returns the plain Python function behind a @triton.jit function, interpreted or compiled."""
     return getattr(fn, "fn", fn)
@@ -217,6 +223,13 @@ class BuiltinKernel:
     # The problem a launch's inputs pose (shape keys to sizes), for families whose variant depends
     # on it: a launch then runs the function its compile description compiled.
     _problem: Callable[[dict[str, Any]], Shape] | None = None
+    # Values of parameters whose kernels run compiled only (Gluon's: Triton's interpreter does not
+    # run them), which a tuning under the interpreter does not search.
+    compiled_only: dict[str, list] = field(default_factory=dict)
+    # Configs a tuning of one problem on a device of these limits measures before its strategy
+    # proposes anything, (shape, limits) to configs: a variant no recorded table holds, which the
+    # cost model cannot rank, opened by the configs that won where it was measured (attention.py).
+    _opening: Callable[[Shape, Any], list[Config]] | None = None
 
     # ----- search space -------------------------------------------------------------------------
 
@@ -238,18 +251,20 @@ class BuiltinKernel:
 
         return make_space(self.space, constraints=self.constraints)
 
-    def space_for(self, shape: Mapping[str, Any], limits: Any = None):
-        """The Space a tuning of `shape` searches on a device of `limits` (default the H200's):
-        the kernel's own, or the one its family makes for the problem (matmul's leaves out the
-        configs whose accumulator spills and adds the splits of K that can pay on the problem)."""
+    def space_for(self, shape: Mapping[str, Any], limits: Any = None, interpret: bool = False):
+        """The Space a tuning of `shape` searches on a device of `limits` (default the H200's), or
+        with `interpret` under Triton's interpreter: the kernel's own, or the one its family makes
+        for the problem (matmul's leaves out the configs whose accumulator spills and adds the
+        splits of K that can pay on the problem)."""
         from ..space import make_space
 
         if self._problem_space is None:
             return self.search_space()
-        space, constraints = self.space_parts(shape, limits)
+        space, constraints = self.space_parts(shape, limits, interpret)
         return make_space(space, constraints=constraints)
 
-    def space_parts(self, shape: Mapping[str, Any], limits: Any = None) -> tuple[dict, list[str]]:
+    def space_parts(self, shape: Mapping[str, Any], limits: Any = None, interpret: bool = False
+                    ) -> tuple[dict, list[str]]:
         """space_for's space as its parts: the parameters' values and the constraints (what a
         benchmark records beside a session, so that a replay searches the space that ran)."""
         if self._problem_space is None:
@@ -257,7 +272,19 @@ class BuiltinKernel:
         if limits is None:
             from ..analysis import H200 as limits
         space, constraints = self._problem_space(self.check_shape(shape), limits)
+        if interpret:
+            space = {k: [v for v in values if v not in self.compiled_only.get(k, ())] for k, values in space.items()}
         return {k: list(v) for k, v in space.items()}, list(constraints)
+
+    def opening(self, shape: Mapping[str, Any], limits: Any = None, interpret: bool = False) -> list[Config]:
+        """The configs a model-guided tuning of `shape` measures first (BuiltinKernel._opening),
+        those of space_for(shape, limits, interpret) only."""
+        if self._opening is None:
+            return []
+        if limits is None:
+            from ..analysis import H200 as limits
+        space = self.space_for(shape, limits, interpret)
+        return [dict(c) for c in self._opening(self.check_shape(shape), limits) if space.is_valid(dict(c))]
 
     def satisfies(self, config: Mapping[str, Any]) -> bool:
         """Returns whether a configuration meets every constraint of the space."""
@@ -338,9 +365,12 @@ class BuiltinKernel:
         """Returns (signature, constexprs, attrs) for triton.compiler.ASTSource for this problem
         and configuration, as a launch on contiguous tensors would specialise them."""
         config = self.check_config(config)
-        kernel_config = {k: v for k, v in config.items() if k not in COMPILE_OPTIONS}
         shape = self.check_shape(shape)
-        return specialise(self.fn_for(config, shape), self.arguments(shape, dtype_name(dtype), kernel_config))
+        fn = self.fn_for(config, shape)
+        # A Gluon kernel pipelines by hand: its arguments may take a compile option's value (its
+        # stage count) as a constexpr of its own, so they see the whole config.
+        kernel_config = config if is_gluon(fn) else {k: v for k, v in config.items() if k not in COMPILE_OPTIONS}
+        return specialise(fn, self.arguments(shape, dtype_name(dtype), kernel_config))
 
     def signature(self, shape: Mapping[str, Any], dtype: Any = "fp16") -> dict[str, str]:
         """Returns the compile signature (parameter name to Triton type or "constexpr")."""
