@@ -265,7 +265,7 @@ def test_a_live_attention_tuning_on_hopper_searches_the_tma_kernel_on_the_tiles_
 
 
 @pytest.mark.parametrize(("head_dim", "opened"), [
-    (128, [(4, 64, 3), (3, 128, 2)]), (64, [(4, 64, 3), (3, 128, 2)]), (256, [(3, 64, 2)])])
+    (128, [(4, 128, 3), (3, 128, 3)]), (64, [(4, 128, 3), (3, 128, 3)]), (256, [(3, 64, 2)])])
 def test_a_tuning_on_hopper_opens_with_the_warp_specialised_kernels_measured_winners_that_fit(head_dim, opened):
     from dr_kernel.analysis import A100, H200, analyse
 

@@ -192,17 +192,17 @@ def _problem_space(shape, limits):
 
 def _opening(shape, limits):
     """What a tuning on sm_90 measures before its agent proposes anything: the warp-specialised
-    kernel is in no recorded table, so the cost model cannot rank its configs (it put the two below
-    in 29th and 96th place of 258 on 2x16x8192x128). On an H100 (gluonattn, fifth session of
-    2026-12-06) TMA 4 with key blocks of 64 in three stages won the causal head-dim-128 problems,
-    TMA 3 with blocks of 128 in two stages was within 2 % of the best on the non-causal ones, and
-    head dim 256 fits only blocks of 64 in two stages. The first two whose query buffers and K/V
-    ring fit the device's shared memory."""
+    kernel is in no recorded table, so the cost model cannot rank its configs (it put TMA 4's key
+    blocks of 128 in three stages 87th of 258 on 2x16x8192x128). On an H100 (gluonattn, sixth
+    session of 2026-12-06) that config was the fastest of the twelve on eight problems of nine with
+    head dims 64 and 128, TMA 3 with the same blocks within 1-8 % of it (the fastest on the ninth),
+    and head dim 256 fits only blocks of 64 in two stages. The first two whose query buffers and
+    K/V ring fit the device's shared memory."""
     if limits.arch != 90:
         return []
     D = shape["HEAD_DIM"]
     out = []
-    for tma, block_n, stages in ((4, 64, 3), (3, 128, 2), (3, 64, 2)):
+    for tma, block_n, stages in ((4, 128, 3), (3, 128, 3), (3, 64, 2)):
         if 2 * (2 * 64 * D + 2 * stages * block_n * D) + 1024 <= limits.shared_per_block and len(out) < 2:
             out.append({"BLOCK_M": 128, "BLOCK_N": block_n, "num_warps": 4, "num_stages": stages, "TMA": tma})
     return out
