@@ -195,7 +195,7 @@ def _opening(shape, limits):
     kernel is in no recorded table, so the cost model cannot rank its configs (it put TMA 4's key
     blocks of 128 in three stages 87th of 258 on 2x16x8192x128). On an H100 (gluonattn, sixth
     session of 2026-12-06) that config was the fastest of the twelve on eight problems of nine with
-    head dims 64 and 128, TMA 3 with the same blocks within 1-8 % of it (the fastest on the ninth),
+    head dims 64 and 128, TMA 3 with the same blocks 8-12 % slower there (the fastest on the ninth),
     and head dim 256 fits only blocks of 64 in two stages. The first two whose query buffers and
     K/V ring fit the device's shared memory."""
     if limits.arch != 90:

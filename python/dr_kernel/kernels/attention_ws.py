@@ -12,10 +12,10 @@ warpgroup also overlaps its own softmax with its previous block's PV product (FA
 inside a warpgroup: block j's QK^T is issued before block j-1's PV and waited for alone). Only
 the key blocks that straddle a warpgroup's diagonal (causal) or the sequence's end are masked.
 
-On an H100 (benchmarks/results/h100-2026-12-06h/gluonattn/, before the masking of only those
-blocks) it ran 1.14-1.32x faster than the refined TMA kernel's usual tiles on the non-causal
-head-dim-128 and -256 problems and about as fast on the causal head-dim-128 ones, and lost on
-causal head dim 64 (0.81-0.83x): a tuning chooses it per problem.
+On an H100 (benchmarks/results/h100-2026-12-06h/gluonattn/) its best config ran 1.11-1.31x
+faster than the refined TMA kernel's four usual tiles on the head-dim-128 and -256 problems,
+1.01-1.07x on head dim 64, and 0.74-1.12x SDPA's speed; tuned over the 20 problems of the ops
+set, Triton alone went from 0.84x to 0.92x SDPA by GPU time (docs/ops.md).
 
 Gluon kernels do not run in Triton's interpreter, so a tuning there does not search them
 (BuiltinKernel.compiled_only).
