@@ -124,10 +124,10 @@ for step in "$@"; do
         ${PERSISTENT_VARIANTS:+--variants "$PERSISTENT_VARIANTS"} > "$work/persistent.log" 2>&1
       echo "persistent: rc $? after $(elapsed) s"; grep -v Warning "$work/persistent.log" | tail -40
       pack ;;
-    gluonattn)  # Issue 11: the warp-specialised Gluon attention forward against SDPA and the TMA kernel.
+    gluonattn)  # Issue 11: attention's warp-specialised Gluon configs (TMA 3 and 4) against SDPA and the TMA kernel.
       # A pipeline that deadlocks hangs its launch (the log names the config launched last): one
-      # problem first under a short limit, the rest only if it ran.
-      # About 80 compiles of the probe's kernels and the baselines' at 2-5 s each: 420 s.
+      # problem first under a short limit, the rest only if it ran. On an H100 the whole step
+      # took 196 s with cold caches (8 configs a problem then, 12 now) and 68 s with warm ones.
       gluon_probe gluonattn gluon_attention_probe.py 420 ;;
     gluonmm)  # Issue 11: the persistent warp-specialised Gluon GEMM against cuBLAS and the built-in matmul.
       gluon_probe gluonmm gluon_matmul_probe.py 300 ;;
