@@ -721,3 +721,32 @@ def test_an_opening_is_measured_first_within_the_budget_and_the_agent_climbs_fro
     # On a family its cost model never saw the agent climbs from the best measured config at once:
     # the opening's.
     assert why[2] == "climb" and abs(configs[2]["X"] - 6) + abs(configs[2]["Y"] - 3) == 1
+
+
+def test_an_openings_compiles_are_queued_before_the_agents_first_choices(monkeypatch):
+    # The opening is measured first: its configs take the first compile workers, the agent's
+    # top-ranked configs the rest.
+    from dr_kernel import _core
+
+    problem, space, stage = matmul_guessing_stage(workers=4)
+    guessed: list[list[dict]] = []
+    guess = StaticStage.guess
+
+    def recording_guess(self, configs):
+        guessed.append([dict(c) for c in configs])
+        return guess(self, configs)
+
+    monkeypatch.setattr(StaticStage, "guess", recording_guess)
+    ranked = [dict(c) for c in _core.predicted_order(problem, space, space.count_valid())]
+    opening = ranked[-2:]  # What the cost model ranks last.
+
+    def measure(configs, best_ms):
+        return [({"status": "ok", "ms": 1.0, "ms_p20": 1.0, "ms_p80": 1.0, "relerr": 0.0}, 0.1) for _ in configs]
+
+    try:
+        result = run_session(problem, space, measure, static=stage, strategy="ppo", max_evals=3, seed=0,
+                             opening=opening)
+    finally:
+        stage.close()
+    assert guessed[0] == opening + ranked[:2]
+    assert [c for c, _, _ in result.history][:2] == opening

@@ -613,7 +613,9 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         # guessed in that order: on the H200 the workers could not compile every neighbour of
         # every step in time, and half the configs asked for were guesses still compiling.
         predicted_rank.update((_key(c), i) for i, c in enumerate(ranked))
-        static.guess([c for c in ranked[:static.pool.workers] if not (known and _key(c) in known)])
+        # The opening is measured before anything the agent ranks: its compiles go first.
+        first_up = [dict(c) for c in opening] + ranked
+        static.guess([c for c in first_up[:static.pool.workers] if not (known and _key(c) in known)])
     options = dict(options or {})
     per_round = PER_ROUND_OPTION.get(strategy)
     if per_round is not None and parallel > 1:
