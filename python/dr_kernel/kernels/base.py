@@ -277,14 +277,15 @@ class BuiltinKernel:
         return {k: list(v) for k, v in space.items()}, list(constraints)
 
     def opening(self, shape: Mapping[str, Any], limits: Any = None, interpret: bool = False) -> list[Config]:
-        """The configs a model-guided tuning of `shape` measures first (BuiltinKernel._opening),
-        those of space_for(shape, limits, interpret) only."""
+        """The configs a model-guided tuning of `shape` measures first (BuiltinKernel._opening);
+        under the interpreter (`interpret`) none of a kernel that runs compiled only."""
         if self._opening is None:
             return []
         if limits is None:
             from ..analysis import H200 as limits
-        space = self.space_for(shape, limits, interpret)
-        return [dict(c) for c in self._opening(self.check_shape(shape), limits) if space.is_valid(dict(c))]
+        configs = self._opening(self.check_shape(shape), limits)
+        return [dict(c) for c in configs
+                if not (interpret and any(c.get(k) in values for k, values in self.compiled_only.items()))]
 
     def satisfies(self, config: Mapping[str, Any]) -> bool:
         """Returns whether a configuration meets every constraint of the space."""
