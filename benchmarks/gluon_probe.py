@@ -21,21 +21,20 @@ def do_bench_ms(fn: Callable[[], object]) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-# Both probes' kernels have 12 warps (a consumer warpgroup of 4, the load warp's group, a second
-# consumer of 4): 65,536 registers / 384 threads = 170 a thread, so at most 168; the load warp
-# takes 24 and the second consumer 240, the default partition what is left (240).
+# The Gluon GEMM has 12 warps (a consumer warpgroup of 4, the load warp's group, a second consumer
+# of 4): 65,536 registers / 384 threads = 170 a thread, so at most 168 (what Triton sets itself
+# for 12 warps); the load warp takes 24 and the second consumer 240, the default partition what
+# is left (240).
 MAXNREG = 168
 
 
 def compile_for_sm90(kernel, signature: dict[str, str], constexprs: dict[str, object]):
     """Compiles a Gluon kernel for sm_90 without a GPU (ptxas from Triton's wheel), 4 warps in its
-    default partition."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+    default partition, as a tuning's compile stage does (analysis.compile_kernel)."""
+    from dr_kernel.analysis import H200, compile_kernel
 
-    names = kernel.arg_names
-    src = GluonASTSource(kernel, signature, {(names.index(k),): v for k, v in constexprs.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": MAXNREG})
+    compiled, _ = compile_kernel(kernel, signature, constexprs, {}, {"num_warps": 4, "maxnreg": MAXNREG}, H200)
+    return compiled
 
 
 def check_and_time(row: dict, configs: Sequence[dict], run: Callable[[dict], None], error_of: Callable[[], float],
