@@ -151,20 +151,18 @@ def _variant(config, shape):
 WARP_SPECIALISED = 3
 
 
-def _kernel_config(config, n_ctx=None):
-    """The kernel's own arguments and launch options for `config`: the Gluon kernel pipelines by
-    hand, so its stage count is a constexpr (STAGES) and so is whether the sequence ends inside a
-    key block (TAIL, from `n_ctx`)."""
+def _kernel_config(config, n_ctx):
+    """The kernel's own arguments and launch options for `config` on a sequence of `n_ctx`: the
+    Gluon kernel pipelines by hand, so its stage count is a constexpr (STAGES) and so is whether
+    the sequence ends inside a key block (TAIL)."""
     tma = config.get("TMA", 0)
     out = {k: v for k, v in config.items() if k != "TMA"}
     if tma == 2:
         out["REFINED"] = True
     elif tma >= WARP_SPECIALISED:
         out["PIPE"] = tma == WARP_SPECIALISED + 1
-        if "num_stages" in config:
-            out["STAGES"] = config["num_stages"]
-        if n_ctx is not None:
-            out["TAIL"] = n_ctx % config["BLOCK_N"] != 0
+        out["STAGES"] = config["num_stages"]
+        out["TAIL"] = n_ctx % config["BLOCK_N"] != 0
     return out
 
 

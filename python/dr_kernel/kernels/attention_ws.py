@@ -34,7 +34,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 ROWS = gl.constexpr(64)  # Query rows per consumer warpgroup: one warpgroup MMA's M.
-BLOCK_M = 2 * ROWS.value  # Rows of a program: the two consumers'.
 
 
 @gluon.jit
