@@ -52,7 +52,7 @@ SIZED_OPTIONS = ("refit", "doubt_refit")
 # Options added since rows record theirs (ninth session of 2026-12-04), with the value that is the
 # behaviour before them: a row without one ran without it.
 ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0, "second_opinion": 0.0, "binaries": 0.0, "twins": 0.0,
-                 "twin_after": 0.0, "alike": 0.0, "losing": 0.0}
+                 "twin_after": 0.0, "alike": 0.0, "losing": 0.0, "refit_async": 0.0}
 
 
 # Values added to a kernel's live space since the first recorded sessions, which rows without a

@@ -627,7 +627,8 @@ def run_session(problem: Mapping[str, Any], space, measure: Measure, *, static: 
         # predictions rank the measurements badly (trust below 0.5); replays leave both off. Under
         # leave-one-family-out (seed 0's agents, benchmarks/agent.md) the pair took the geomean of
         # evaluations to 1.05x from 6.1 to 5.4 and the worst problem from 43.5 to 29.5. Small
-        # spaces get none (REFIT_MIN_CONFIGS).
+        # spaces get none (REFIT_MIN_CONFIGS). Each refit runs while the next config is compiled
+        # and measured (ppo's refit_async), so the session does not wait for it.
         small = space.product_size < REFIT_MIN_CONFIGS or (
             space.product_size <= 100 * REFIT_MIN_CONFIGS and space.count_valid() < REFIT_MIN_CONFIGS)
         options.setdefault("refit", 0 if small else 8)

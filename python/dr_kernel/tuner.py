@@ -359,7 +359,8 @@ WHOLE_LIST = 32
 
 # stop="auto": the ppo strategy ends a session once even the most promising untried config has
 # less than a 20 % chance of being 5 % faster than the best, by beliefs it trusts (a threshold
-# chosen in replay on families the agent had not seen: benchmarks/agent.md, "Adaptive stopping"),
+# chosen in replay on families the agent had not seen: benchmarks/agent.md, "Adaptive stopping";
+# trust at least ppo's stop_trust, 0.2: "Trust before stopping"),
 # and the best config's one-step neighbours are measured and none is faster (stop_local: without
 # it, on shapes the agent had not seen, 5 of 32 replayed sessions ended over 1.05x the best, up to
 # 1.65x, and on the H200 5 of 12 ended 10-27 % short; "A local optimum before stopping"), nor the

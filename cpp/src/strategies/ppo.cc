@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <future>
 #include <limits>
 #include <map>
 #include <memory>
@@ -236,6 +237,25 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // model has no rows of) are every walk's from the start.
   for (const Trial& t : evaluator.history())
     for (auto& w : walks) w.Record(t.config, t.measurement);
+  // With refit_async, a refit (the model's update and the prior it gives) runs on a thread of its
+  // own while the next round is proposed, compiled and measured, and lands right after that
+  // round's measurements: the walk steers one round on the older prior, and the session no longer
+  // waits for the refit (about 0.25 s each on the H200's host, several per session). Where it
+  // lands does not depend on timing, so a session decides the same on every run.
+  const bool refit_async = options.Get("refit_async") > 0;
+  struct Refitted {
+    std::unique_ptr<CostModel> model;
+    std::unique_ptr<agent::Prior> prior;
+  };
+  std::future<Refitted> pending;  // The refit in flight (valid() while one is).
+  auto land_refit = [&] {
+    if (!pending.valid()) return;
+    Refitted done = pending.get();
+    model = std::move(done.model);
+    old_priors.push_back(std::move(prior));
+    prior = std::move(done.prior);
+    for (auto& s : walks) s.Rebase(*prior);
+  };
   double epsilon = options.Get("epsilon");
   const double decay = options.Get("decay");
   // Online fine-tuning: the session's own copy of the policy, updated from its walkers' decisions.
@@ -405,6 +425,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       return;
     second_open = false;
     switched = true;
+    land_refit();  // Refits continue below from the model without the family, not from this one.
     old_priors.push_back(std::move(prior));
     prior = std::move(second_prior);
     for (auto& w : walks) w.Rebase(*prior);
@@ -528,23 +549,44 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         }
       }
     }
-    // A refit after the last measurement the budget allows would guide nothing.
-    if (model && !evaluator.exhausted()) {
-      for (size_t i = 0; i < batch.size(); ++i) unfitted.emplace_back(space.Named(batch[i]), results[i]);
+    land_refit();
+    // Whether the session's cost model is refitted now (the refit itself: refit_now). A refit after
+    // the last measurement the budget allows would guide nothing.
+    auto refit_due = [&] {
+      if (!model || evaluator.exhausted()) return false;
       double trust = 0;
       for (const auto& s : walks) trust += s.trust() / walkers;
       const bool due = refit > 0 && static_cast<int64_t>(unfitted.size()) >= refit;
       const bool in_doubt = doubt_refit > 0 && trust < kDoubtfulTrust &&
                             static_cast<int64_t>(unfitted.size()) >= doubt_refit;
-      if (due || in_doubt) {
-        // The tuned problem's rows weigh like many: they are the only ones that are about it.
-        model->Update(problem, unfitted, options.Get("refit_weight"));
+      return due || in_doubt;
+    };
+    auto refit_now = [&] {
+      // The tuned problem's rows weigh like many: they are the only ones that are about it.
+      const double weight = options.Get("refit_weight");
+      if (!refit_async) {
+        model->Update(problem, unfitted, weight);
         unfitted.clear();
         old_priors.push_back(std::move(prior));
         prior = std::make_unique<agent::Prior>(agent::PriorFromModel(model.get(), problem, space));
         for (auto& s : walks) s.Rebase(*prior);
+        return;
       }
-    }
+      // The thread owns the model and the rows until the refit lands; the problem and the space
+      // outlive it (the future's destructor waits for it, even when an exception unwinds Run).
+      pending = std::async(std::launch::async, [m = std::move(model), rows = std::move(unfitted), weight, &problem,
+                                                &space]() mutable {
+        m->Update(problem, rows, weight);
+        auto p = std::make_unique<agent::Prior>(agent::PriorFromModel(m.get(), problem, space));
+        return Refitted{std::move(m), std::move(p)};
+      });
+      unfitted.clear();  // Moved from: empty it for the rows to come.
+    };
+    if (model && !evaluator.exhausted())
+      for (size_t i = 0; i < batch.size(); ++i) unfitted.emplace_back(space.Named(batch[i]), results[i]);
+    // Asynchronous refits start once the session has decided to go on (below): one started just
+    // before the session ends would only be waited for.
+    if (!refit_async && refit_due()) refit_now();
     consult();
     if (out_of_patience()) return;
     // Stop when even the most promising untried config is unlikely to be `stop_gain` faster than
@@ -586,6 +628,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         if (stop_near_ends && walks[0].best_log_ms() >= before - stop_near) return;
       }
     }
+    if (refit_async && refit_due()) refit_now();
     since_update += static_cast<int64_t>(batch.size());
     if (learn && since_update >= learn_every) {
       since_update = 0;
@@ -610,6 +653,8 @@ StrategyInfo PpoStrategy() {
            {"refit", "refit the session's cost model after this many new measurements (0: never; the GPU "
                      "tuning session sets 8)", 0},
            {"refit_weight", "weight of the tuned problem's rows in a refit", 10},
+           {"refit_async", "1: a refit runs while the next round is measured and lands after it, the session "
+                           "waiting for none (0: the session waits for each refit before its next proposal)", 1},
            {"doubt", "weight of the trust shift: probability (1 - trust)^2 times this (at most 1) that an action "
                      "becomes a jump (trust: rank correlation of the walk's predictions with its measurements; "
                      "4 left the fewest problems over 15 evaluations of 0 to 8 under leave-one-family-out, "

@@ -197,6 +197,39 @@ TEST(PpoTest, OnlineFineTuningKeepsTheBudgetAndIsSeeded) {
   EXPECT_NE(greedy, traces[0]);
 }
 
+TEST(PpoTest, AnAsynchronousRefitLandsOneRoundLateAndTheSessionStaysSeeded) {
+  // With refit_async a refit runs while the next round is measured: that round is chosen on the
+  // prior the refit replaces (as without refits), the rounds after it on the refitted one, and
+  // where the refit lands never depends on how long it took.
+  EnsureAgent();
+  const ProblemTable& table = Tables()[6];
+  auto trace = [&](const std::map<std::string, double>& options) {
+    ReplayEnv env(table);
+    Evaluator evaluator(env, Budget{30});
+    RunStrategy("ppo", evaluator, 4, options);
+    std::vector<uint64_t> out;
+    for (const auto& trial : evaluator.history()) out.push_back(env.space().Index(trial.config));
+    return out;
+  };
+  const std::map<std::string, double> base = {{"climb_doubt", 0}, {"climb", 0}};
+  auto with = [&](std::map<std::string, double> extra) {
+    extra.insert(base.begin(), base.end());
+    return extra;
+  };
+  const auto none = trace(base);
+  const auto waited = trace(with({{"refit", 2}, {"refit_async", 0}}));
+  const auto async = trace(with({{"refit", 2}, {"refit_async", 1}}));
+  ASSERT_EQ(none.size(), 30u);
+  ASSERT_EQ(async.size(), 30u);
+  // The first refit follows the second measurement. Waited for, it changes the third choice; in
+  // flight, the third is still the prior's.
+  ASSERT_NE(waited[2], none[2]);
+  EXPECT_EQ(std::vector<uint64_t>(async.begin(), async.begin() + 3), std::vector<uint64_t>(none.begin(), none.begin() + 3));
+  EXPECT_NE(async, none);    // The refits landed and steered the walk.
+  EXPECT_NE(async, waited);  // One round later than a refit the session waits for.
+  EXPECT_EQ(trace(with({{"refit", 2}, {"refit_async", 1}})), async);
+}
+
 TEST(PpoTest, RunsVaryWithTheSessionSeed) {
   // The greedy policy with a seeded session: where the agent is unsure (Thompson draws among its
   // candidates, random jumps while its predictions rank badly) the seed decides, so replays over
