@@ -256,6 +256,38 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     prior = std::move(done.prior);
     for (auto& s : walks) s.Rebase(*prior);
   };
+  // Whether the session's cost model is refitted now (the refit itself: refit_now). A refit after
+  // the last measurement the budget allows would guide nothing.
+  auto refit_due = [&] {
+    if (!model || evaluator.exhausted()) return false;
+    double trust = 0;
+    for (const auto& s : walks) trust += s.trust() / walkers;
+    const bool due = refit > 0 && static_cast<int64_t>(unfitted.size()) >= refit;
+    const bool in_doubt = doubt_refit > 0 && trust < kDoubtfulTrust &&
+                          static_cast<int64_t>(unfitted.size()) >= doubt_refit;
+    return due || in_doubt;
+  };
+  auto refit_now = [&] {
+    // The tuned problem's rows weigh like many: they are the only ones that are about it.
+    const double weight = options.Get("refit_weight");
+    if (!refit_async) {
+      model->Update(problem, unfitted, weight);
+      unfitted.clear();
+      old_priors.push_back(std::move(prior));
+      prior = std::make_unique<agent::Prior>(agent::PriorFromModel(model.get(), problem, space));
+      for (auto& s : walks) s.Rebase(*prior);
+      return;
+    }
+    // The thread owns the model and the rows until the refit lands; the problem and the space
+    // outlive it (the future's destructor waits for it, even when an exception unwinds Run).
+    pending = std::async(std::launch::async, [m = std::move(model), rows = std::move(unfitted), weight, &problem,
+                                              &space]() mutable {
+      m->Update(problem, rows, weight);
+      auto p = std::make_unique<agent::Prior>(agent::PriorFromModel(m.get(), problem, space));
+      return Refitted{std::move(m), std::move(p)};
+    });
+    unfitted.clear();  // Moved from: empty it for the rows to come.
+  };
   double epsilon = options.Get("epsilon");
   const double decay = options.Get("decay");
   // Online fine-tuning: the session's own copy of the policy, updated from its walkers' decisions.
@@ -550,38 +582,6 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       }
     }
     land_refit();
-    // Whether the session's cost model is refitted now (the refit itself: refit_now). A refit after
-    // the last measurement the budget allows would guide nothing.
-    auto refit_due = [&] {
-      if (!model || evaluator.exhausted()) return false;
-      double trust = 0;
-      for (const auto& s : walks) trust += s.trust() / walkers;
-      const bool due = refit > 0 && static_cast<int64_t>(unfitted.size()) >= refit;
-      const bool in_doubt = doubt_refit > 0 && trust < kDoubtfulTrust &&
-                            static_cast<int64_t>(unfitted.size()) >= doubt_refit;
-      return due || in_doubt;
-    };
-    auto refit_now = [&] {
-      // The tuned problem's rows weigh like many: they are the only ones that are about it.
-      const double weight = options.Get("refit_weight");
-      if (!refit_async) {
-        model->Update(problem, unfitted, weight);
-        unfitted.clear();
-        old_priors.push_back(std::move(prior));
-        prior = std::make_unique<agent::Prior>(agent::PriorFromModel(model.get(), problem, space));
-        for (auto& s : walks) s.Rebase(*prior);
-        return;
-      }
-      // The thread owns the model and the rows until the refit lands; the problem and the space
-      // outlive it (the future's destructor waits for it, even when an exception unwinds Run).
-      pending = std::async(std::launch::async, [m = std::move(model), rows = std::move(unfitted), weight, &problem,
-                                                &space]() mutable {
-        m->Update(problem, rows, weight);
-        auto p = std::make_unique<agent::Prior>(agent::PriorFromModel(m.get(), problem, space));
-        return Refitted{std::move(m), std::move(p)};
-      });
-      unfitted.clear();  // Moved from: empty it for the rows to come.
-    };
     if (model && !evaluator.exhausted())
       for (size_t i = 0; i < batch.size(); ++i) unfitted.emplace_back(space.Named(batch[i]), results[i]);
     // Asynchronous refits start once the session has decided to go on (below): one started just
