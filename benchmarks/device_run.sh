@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, gluonattn, gluonmm, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, gluonattn, gluonmm, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, sweeps-mm-small-tma, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   LIB_AGENT=benchmarks/results/h100-2026-12-05c/agent-b7655e8 LIB_AGENT_MODES=dr bash benchmarks/device_run.sh library
@@ -217,6 +217,14 @@ for step in "$@"; do
       sweep matmul_4096x4096x4096_fp16_tma matmul M=4096,N=4096,K=4096 fp16 80 "$mt"
       sweep matmul_8192x8192x4096_bf16_tma matmul M=8192,N=8192,K=4096 bf16 80 "$mt"
       sweep matmul_8192x4096x14336_bf16_tma matmul M=8192,N=4096,K=14336 bf16 80 "$mt" ;;
+    sweeps-mm-small-tma)  # Issue 11: the TMA matmul kernel (one program per tile) against the pointer kernels on the
+      # shapes where Triton stays below cuBLAS (small, skinny, short K: one wave of tiles or less),
+      # which sweeps-mm-tma (three large problems) did not cover.
+      mt='{"BLOCK_M":[64,128],"BLOCK_N":[64,128,256],"BLOCK_K":[64,128],"GROUP_M":[8],"num_warps":[4,8],"num_stages":[3,4,5],"TMA":[0,1]}'
+      sweep matmul_1000x1000x1000_fp16_tma matmul M=1000,N=1000,K=1000 fp16 100 "$mt"
+      sweep matmul_3000x5000x1000_fp16_tma matmul M=3000,N=5000,K=1000 fp16 100 "$mt"
+      sweep matmul_4096x128x4096_bf16_tma matmul M=4096,N=128,K=4096 bf16 100 "$mt"
+      sweep matmul_128x4096x4096_fp16_tma matmul M=128,N=4096,K=4096 fp16 100 "$mt" ;;
     sweeps-small)  # The shared matmul.jsonl's two problems of 10-19 us, whose top configs its timing could not
       # rank (p80/p20 of 1.6 and 1.25 over their top 30; benchmarks/agent.md, "Two tables that cannot rank
       # their best"), again with the project's timer; their rows then replace those of matmul.jsonl.
