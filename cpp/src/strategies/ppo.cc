@@ -247,14 +247,22 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     std::unique_ptr<CostModel> model;
     std::unique_ptr<agent::Prior> prior;
   };
-  std::future<Refitted> pending;  // The refit in flight (valid() while one is).
-  auto land_refit = [&] {
-    if (!pending.valid()) return;
-    Refitted done = pending.get();
+  // The refit itself: the model updated with the session's rows, and the prior it now gives. It
+  // touches nothing of the session but what it is given, so it may run on a thread of its own.
+  auto refit_model = [&problem, &space](std::unique_ptr<CostModel> m, decltype(unfitted) rows, double weight) {
+    m->Update(problem, rows, weight);
+    auto p = std::make_unique<agent::Prior>(agent::PriorFromModel(m.get(), problem, space));
+    return Refitted{std::move(m), std::move(p)};
+  };
+  auto install = [&](Refitted done) {
     model = std::move(done.model);
     old_priors.push_back(std::move(prior));
     prior = std::move(done.prior);
     for (auto& s : walks) s.Rebase(*prior);
+  };
+  std::future<Refitted> pending;  // The refit in flight (valid() while one is).
+  auto land_refit = [&] {
+    if (pending.valid()) install(pending.get());
   };
   // Whether the session's cost model is refitted now (the refit itself: refit_now). A refit after
   // the last measurement the budget allows would guide nothing.
@@ -271,21 +279,12 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     // The tuned problem's rows weigh like many: they are the only ones that are about it.
     const double weight = options.Get("refit_weight");
     if (!refit_async) {
-      model->Update(problem, unfitted, weight);
-      unfitted.clear();
-      old_priors.push_back(std::move(prior));
-      prior = std::make_unique<agent::Prior>(agent::PriorFromModel(model.get(), problem, space));
-      for (auto& s : walks) s.Rebase(*prior);
-      return;
+      install(refit_model(std::move(model), std::move(unfitted), weight));
+    } else {
+      // The thread owns the model and the rows until the refit lands; the problem and the space
+      // outlive it (the future's destructor waits for it, even when an exception unwinds Run).
+      pending = std::async(std::launch::async, refit_model, std::move(model), std::move(unfitted), weight);
     }
-    // The thread owns the model and the rows until the refit lands; the problem and the space
-    // outlive it (the future's destructor waits for it, even when an exception unwinds Run).
-    pending = std::async(std::launch::async, [m = std::move(model), rows = std::move(unfitted), weight, &problem,
-                                              &space]() mutable {
-      m->Update(problem, rows, weight);
-      auto p = std::make_unique<agent::Prior>(agent::PriorFromModel(m.get(), problem, space));
-      return Refitted{std::move(m), std::move(p)};
-    });
     unfitted.clear();  // Moved from: empty it for the rows to come.
   };
   double epsilon = options.Get("epsilon");
