@@ -357,6 +357,50 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // With climb_ridge, a neighbour the constraints forbid is replaced by the most promising valid
   // config that also moves one other parameter one step (Walk::RidgeStep).
   const bool climb_ridge = options.Get("climb_ridge") > 0;
+  // With climb_warps, a block and its warps step together: where moving `num_warps` one step and
+  // moving another parameter one step the same way were each measured at least climb_warps times
+  // slower than the best config, the climb measures the two steps together before the rest of its
+  // neighbours (the most promising first). A program's warps go with its work: a larger block with
+  // as many warps, or as many warps on a smaller block, unbalances it, and each alone can lose by
+  // much while both together win (attention 2x16x8192x128: 64x64 tiles of 4 warps 1.05x the best,
+  // 128-row tiles of 4 warps 1.27x, 8 warps 1.64x, 128 rows and 8 warps 1.01x; benchmarks/agent.md).
+  // A step alone climb_warps_cliff times slower or more fell off a cliff (registers spilled: matmul
+  // 2048x1000x16384's 128x128x128 tiles on 2 warps, 14x the best) that a smaller block on as few
+  // warps does not climb back from, so it pairs with nothing. Spaces without a `num_warps`
+  // parameter are untouched.
+  const double climb_warps = options.Get("climb_warps");
+  const double climb_warps_cliff = options.Get("climb_warps_cliff");
+  std::optional<size_t> warps_param;
+  for (size_t p = 0; p < space.num_params(); ++p)
+    if (space.params()[p].name == "num_warps") warps_param = p;
+  auto warp_pairs = [&] {
+    std::vector<std::pair<double, Config>> pairs;
+    if (!(climb_warps > 0) || !warps_param || evaluator.best() == nullptr) return pairs;
+    const Config& best = evaluator.best()->config;
+    const double slower = walks[0].best_log_ms() + std::log(climb_warps);
+    const double cliff = climb_warps_cliff > 0 ? walks[0].best_log_ms() + std::log(climb_warps_cliff) : kInf;
+    auto lost = [&](const std::optional<Config>& c) {
+      if (!c) return false;
+      const auto log_ms = walks[0].MeasuredLogMs(*c);
+      return log_ms && *log_ms >= slower && *log_ms < cliff;
+    };
+    const size_t w = *warps_param;
+    for (int d : {1, -1}) {
+      if (!lost(space.Move(best, w, d))) continue;
+      for (size_t p = 0; p < space.num_params(); ++p) {
+        if (p == w) continue;
+        const auto alone = space.Move(best, p, d);
+        if (!lost(alone)) continue;
+        auto both = space.Move(*alone, w, d);
+        if (!both || !space.IsValid(*both) || walks[0].Measured(*both) || walks[0].Covered(*both) ||
+            walks[0].StaticallyFails(space.Index(*both)) || walks[0].PFail(*both) > 0.5)
+          continue;
+        pairs.emplace_back(walks[0].Predict(*both), std::move(*both));
+      }
+    }
+    std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    return pairs;
+  };
   std::optional<Config> best_before;  // The best config before the last round's measurements.
   // The best config's analytic twins (FeatureExtractor::AnalyticTwins): configs the physics of the
   // cost model cannot tell from it, so that only a measurement can. Up to `twins` of them, the most
@@ -490,6 +534,11 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
         }
       }
       if (twin_after > 0 && stale_climbs >= twin_after) add_twins();
+      for (auto& pair : warp_pairs()) {
+        if (static_cast<int>(batch.size()) >= walkers) break;
+        batch.push_back(std::move(pair.second));
+        why.push_back("climb: a block and its warps together");
+      }
       for (size_t i = 0; i < unchecked.size() && static_cast<int>(batch.size()) < walkers; ++i) {
         batch.push_back(std::move(unchecked[i]));
         why.push_back("climb");
@@ -691,6 +740,11 @@ StrategyInfo PpoStrategy() {
            {"alike", "configs whose estimated registers per thread, shared memory and waves lie this close "
                      "(a kernel's width in doublings) count as near in the beliefs' local correction, whatever "
                      "their parameters (0: by parameters only; benchmarks/agent.md)", agent::kDefaultAlikeWidth},
+           {"climb_warps_cliff", "with climb_warps, a step alone this many times slower than the best or more is a "
+                                 "cliff and pairs with nothing (0: no limit)", 3},
+           {"climb_warps", "in the climb, where moving num_warps one step and another parameter one step the same "
+                           "way were each measured at least this many times slower than the best, the two steps "
+                           "together are measured first (0: off; benchmarks/agent.md)", 1.1},
            {"climb_ridge", "1: in the climb, a neighbour that breaks the space's constraints is replaced by the most "
                            "promising valid config that also moves one other parameter one step (a block that may grow "
                            "only with its warps grows with them), and such a step that paid is taken again first "

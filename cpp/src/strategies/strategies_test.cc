@@ -649,6 +649,70 @@ TEST(PpoTest, WithClimbRidgeTheClimbFollowsTheConstraintsWhereAOneStepMoveBreaks
   }
 }
 
+TEST(PpoTest, WithClimbWarpsABlockAndItsWarpsStepTogetherWhereEachAloneLost) {
+  // On kernels the agent has never seen, with climb_warps: a climb measurement of num_warps and one
+  // other parameter moved one step the same way from the best config is taken only once each step
+  // alone was measured at least 1.1 times slower than that best, and less than 3 times (the default
+  // climb_warps_cliff); without climb_warps, never.
+  EnsureAgent();
+  auto pair_steps = [&](double climb_warps, uint64_t seed, size_t t) {
+    ProblemTable unseen = Tables()[t];
+    unseen.problem.family = "unseen " + unseen.problem.family;
+    ReplayEnv env(unseen);
+    Evaluator session(env, Budget{30});
+    RunStrategy("ppo", session, seed, {{"climb", 2}, {"climb_warps", climb_warps}});
+    const Space& space = env.space();
+    size_t warps = space.num_params();
+    for (size_t p = 0; p < space.num_params(); ++p)
+      if (space.params()[p].name == "num_warps") warps = p;
+    EXPECT_LT(warps, space.num_params());
+    const auto& history = session.history();
+    int steps = 0;
+    for (size_t i = 0; i < history.size(); ++i) {
+      if (history[i].why != "climb: a block and its warps together") continue;
+      double best_ms = kInf;
+      for (size_t j = 0; j < i; ++j) best_ms = std::min(best_ms, history[j].measurement.objective());
+      auto measured = [&](const Config& c) {
+        for (size_t j = 0; j < i; ++j)
+          if (history[j].config == c) return history[j].measurement.objective();
+        return -1.0;
+      };
+      bool explained = false;
+      for (size_t j = 0; j < i && !explained; ++j) {
+        if (!(history[j].measurement.objective() == best_ms)) continue;
+        const Config& from = history[j].config;
+        const Config& to = history[i].config;
+        const int d = to[warps] - from[warps];
+        if (std::abs(d) != 1) continue;
+        for (size_t p = 0; p < to.size(); ++p) {
+          if (p == warps || to[p] - from[p] != d) continue;
+          bool rest_equal = true;
+          for (size_t q = 0; q < to.size(); ++q) rest_equal &= q == p || q == warps || to[q] == from[q];
+          const auto alone = space.Move(from, p, d), warps_alone = space.Move(from, warps, d);
+          auto lost = [&](const std::optional<Config>& c) {
+            const double ms = c ? measured(*c) : -1.0;
+            return ms >= 1.1 * best_ms && ms < 3 * best_ms;  // climb_warps and climb_warps_cliff
+          };
+          explained |= rest_equal && lost(alone) && lost(warps_alone);
+        }
+      }
+      EXPECT_TRUE(explained) << unseen.problem.Label() << " seed " << seed << " measurement " << i + 1;
+      ++steps;
+    }
+    return steps;
+  };
+  int with = 0, without = 0;
+  for (size_t t = 0; t < Tables().size(); ++t)
+    for (uint64_t seed = 0; seed < 5; ++seed) {
+      with += pair_steps(1.1, seed, t);
+      without += pair_steps(0, seed, t);
+    }
+  std::printf("block-and-warps steps in %zu sessions: %d with climb_warps, %d without\n", Tables().size() * 5, with,
+              without);
+  EXPECT_EQ(without, 0);
+  EXPECT_GE(with, 1);
+}
+
 TEST(PpoTest, AlikeActsOnlyWhereTheFeatureTableEstimatesTheConfigs) {
   // `alike` weighs measurements by the configs' estimated registers, shared memory and waves: on
   // the causal attention (estimated) it changes what sessions measure; on layernorm, which the

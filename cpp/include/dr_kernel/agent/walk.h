@@ -280,6 +280,12 @@ class Walk {
   int64_t budget() const { return budget_; }
   double best_log_ms() const { return best_log_; }
   bool Measured(const Config& config) const { return measured_.count(space_.Index(config)) != 0; }
+  // The measured log time of a config that ran (nullopt: not measured, or it failed).
+  std::optional<double> MeasuredLogMs(const Config& config) const {
+    const auto it = measured_.find(space_.Index(config));
+    if (it == measured_.end() || !it->second.ok) return std::nullopt;
+    return it->second.log_ms;
+  }
   const Space& space() const { return space_; }
 
  private:
