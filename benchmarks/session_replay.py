@@ -20,15 +20,15 @@ Per problem: evaluations recorded and replayed, the best time of each, replayed 
 replayed with the strategy options it ran with: rows record them since the eighth session of
 2026-12-04; older rows ran before `jump_draws` and `climb_ridge` existed, whose defaults changed
 then, and replay with those two off (LEGACY_OPTIONS); options added since (`static`, `climb_doubt`,
-`second_opinion`, `binaries`, `twins`, `twin_after`, `alike`, `losing`, `refit_async`, `climb_warps`)
-are off for rows that do not record them (ADDED_OPTIONS). Until the sixth session of 2026-12-05 rows recorded ppo's default refits (none)
-where the session had refitted every 8 measurements (every 4 in doubt) on spaces of 64 configs or
-more; those rows replay with the refits set as the session set them (SIZED_OPTIONS), newer rows
-with all options as run (`options_as_run`). A session that asked the compile stage about configs
-it had not measured (`static`) was told what had compiled by then, which depends on timing: it
-replays exactly from rows that keep those answers (`observed`, since the fifth session of
-2026-12-05), and leaves the recorded path early from rows that ran with `static` before them
-(`h100-2026-12-05/bench-auto`). Rows record the space they searched since the third session of
+`second_opinion`, `binaries`, `twins`, `twin_after`, `alike`, `losing`, `refit_async`,
+`climb_warps`) are off for rows that do not record them (ADDED_OPTIONS). Until the sixth session of
+2026-12-05 rows recorded ppo's default refits (none) where the session had refitted every 8
+measurements (every 4 in doubt) on spaces of 64 configs or more; those rows replay with the refits
+set as the session set them (SIZED_OPTIONS), newer rows with all options as run (`options_as_run`).
+A session that asked the compile stage about configs it had not measured (`static`) was told what
+had compiled by then, which depends on timing: it replays exactly from rows that keep those answers
+(`observed`, since the fifth session of 2026-12-05), and leaves the recorded path early from rows
+that ran with `static` before them (`h100-2026-12-05/bench-auto`). Rows record the space they searched since the third session of
 2026-12-06; older ones replay in today's space less the values added since (SPACE_ADDED), or with
 --current-space in today's whole.
 """
