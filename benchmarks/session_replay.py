@@ -28,9 +28,9 @@ set as the session set them (SIZED_OPTIONS), newer rows with all options as run 
 A session that asked the compile stage about configs it had not measured (`static`) was told what
 had compiled by then, which depends on timing: it replays exactly from rows that keep those answers
 (`observed`, since the fifth session of 2026-12-05), and leaves the recorded path early from rows
-that ran with `static` before them (`h100-2026-12-05/bench-auto`). Rows record the space they searched since the third session of
-2026-12-06; older ones replay in today's space less the values added since (SPACE_ADDED), or with
---current-space in today's whole.
+that ran with `static` before them (`h100-2026-12-05/bench-auto`). Rows record the space they
+searched since the third session of 2026-12-06; older ones replay in today's space less the values
+added since (SPACE_ADDED), or with --current-space in today's whole.
 """
 
 from __future__ import annotations
