@@ -21,7 +21,7 @@ replayed with the strategy options it ran with: rows record them since the eight
 2026-12-04; older rows ran before `jump_draws` and `climb_ridge` existed, whose defaults changed
 then, and replay with those two off (LEGACY_OPTIONS); options added since (`static`, `climb_doubt`,
 `second_opinion`, `binaries`, `twins`, `twin_after`, `alike`, `losing`, `refit_async`,
-`climb_warps`) are off for rows that do not record them (ADDED_OPTIONS). Until the sixth session of
+`climb_warps`, `climb_pair_near`) are off for rows that do not record them (ADDED_OPTIONS). Until the sixth session of
 2026-12-05 rows recorded ppo's default refits (none) where the session had refitted every 8
 measurements (every 4 in doubt) on spaces of 64 configs or more; those rows replay with the refits
 set as the session set them (SIZED_OPTIONS), newer rows with all options as run (`options_as_run`).
@@ -52,7 +52,8 @@ SIZED_OPTIONS = ("refit", "doubt_refit")
 # Options added since rows record theirs (ninth session of 2026-12-04), with the value that is the
 # behaviour before them: a row without one ran without it.
 ADDED_OPTIONS = {"static": 0.0, "climb_doubt": 0.0, "second_opinion": 0.0, "binaries": 0.0, "twins": 0.0,
-                 "twin_after": 0.0, "alike": 0.0, "losing": 0.0, "refit_async": 0.0, "climb_warps": 0.0}
+                 "twin_after": 0.0, "alike": 0.0, "losing": 0.0, "refit_async": 0.0, "climb_warps": 0.0,
+                 "climb_pair_near": 0.0}
 
 
 # Values added to a kernel's live space since the first recorded sessions, which rows without a

@@ -366,6 +366,19 @@ std::vector<Config> Walk::UncheckedNeighbours(double near, size_t top, bool ridg
     incumbents.resize(top);
     std::sort(incumbents.begin(), incumbents.end());
   }
+  return UncheckedFrom(incumbents, ridge);
+}
+
+std::vector<Config> Walk::UncheckedNeighboursOf(const std::vector<Config>& from, bool ridge) const {
+  std::vector<uint64_t> indices;
+  for (const Config& c : from) {
+    const auto it = measured_.find(space_.Index(c));
+    if (it != measured_.end() && it->second.ok) indices.push_back(it->first);
+  }
+  return UncheckedFrom(indices, ridge);
+}
+
+std::vector<Config> Walk::UncheckedFrom(const std::vector<uint64_t>& incumbents, bool ridge) const {
   std::vector<std::pair<double, Config>> unchecked;
   std::unordered_set<uint64_t> seen;
   for (uint64_t incumbent : incumbents) {

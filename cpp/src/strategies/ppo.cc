@@ -401,6 +401,14 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
     std::stable_sort(pairs.begin(), pairs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     return pairs;
   };
+  // With climb_pair_near, at a local optimum of the climb the untried neighbours of the configs the
+  // climb measured as such pairs and that ran within climb_pair_near of the best come next: a block
+  // and its warps moved together cross the ridge between two basins, and a pair that lands near
+  // the best stands on the slope of the other one (the causal attention 2x16x2048x128: from 128x64
+  // tiles of 8 warps and 4 stages, 1.206x the table's best, the pair of 64 rows on 4 warps ran at
+  // 1.249x, and its step to 3 stages is the best; benchmarks/agent.md).
+  const double climb_pair_near = options.Get("climb_pair_near");
+  std::vector<Config> pair_landings;
   std::optional<Config> best_before;  // The best config before the last round's measurements.
   // The best config's analytic twins (FeatureExtractor::AnalyticTwins): configs the physics of the
   // cost model cannot tell from it, so that only a measurement can. Up to `twins` of them, the most
@@ -536,12 +544,25 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       if (twin_after > 0 && stale_climbs >= twin_after) add_twins();
       for (auto& pair : warp_pairs()) {
         if (static_cast<int>(batch.size()) >= walkers) break;
+        pair_landings.push_back(pair.second);
         batch.push_back(std::move(pair.second));
         why.push_back("climb: a block and its warps together");
       }
       for (size_t i = 0; i < unchecked.size() && static_cast<int>(batch.size()) < walkers; ++i) {
         batch.push_back(std::move(unchecked[i]));
         why.push_back("climb");
+      }
+      if (batch.empty() && climb_pair_near > 0 && evaluator.best() != nullptr) {
+        std::vector<Config> near;
+        for (const Config& c : pair_landings) {
+          const auto log_ms = walks[0].MeasuredLogMs(c);
+          if (log_ms && *log_ms <= walks[0].best_log_ms() + std::log1p(climb_pair_near)) near.push_back(c);
+        }
+        auto beyond = walks[0].UncheckedNeighboursOf(near, climb_ridge);
+        for (size_t i = 0; i < beyond.size() && static_cast<int>(batch.size()) < walkers; ++i) {
+          batch.push_back(std::move(beyond[i]));
+          why.push_back("climb: beyond a block and its warps");
+        }
       }
     }
     // At a local optimum (no neighbour left to climb to), the incumbent's analytic twins, the most
@@ -740,6 +761,10 @@ StrategyInfo PpoStrategy() {
            {"alike", "configs whose estimated registers per thread, shared memory and waves lie this close "
                      "(a kernel's width in doublings) count as near in the beliefs' local correction, whatever "
                      "their parameters (0: by parameters only; benchmarks/agent.md)", agent::kDefaultAlikeWidth},
+           {"climb_pair_near", "with climb_warps, at a local optimum of the climb, measure the untried one-step "
+                               "neighbours of the configs measured as a block and its warps together that ran within "
+                               "this fraction of the best (the pair crossed into another basin; 0: off; "
+                               "benchmarks/agent.md)", 0.1},
            {"climb_warps_cliff", "with climb_warps, a step alone this many times slower than the best or more is a "
                                  "cliff and pairs with nothing (0: no limit)", 3},
            {"climb_warps", "in the climb, where moving num_warps one step and another parameter one step the same "

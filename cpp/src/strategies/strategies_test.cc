@@ -713,6 +713,63 @@ TEST(PpoTest, WithClimbWarpsABlockAndItsWarpsStepTogetherWhereEachAloneLost) {
   EXPECT_GE(with, 1);
 }
 
+TEST(PpoTest, WithClimbPairNearTheNeighboursOfAPairThatRanNearTheBestComeAtALocalOptimum) {
+  // On kernels the agent has never seen: a measurement "climb: beyond a block and its warps" is a
+  // one-step neighbour of a config measured earlier as a block and its warps together that ran
+  // within climb_pair_near (0.1) of the best so far, and it comes once no one-step neighbour of the
+  // best is left to climb to; with climb_pair_near 0, never.
+  EnsureAgent();
+  const std::string kBeyond = "climb: beyond a block and its warps";
+  // The tables the test agent learned from, and the causal attention it never saw.
+  std::vector<ProblemTable> tables = Tables();
+  for (auto& t : ReadTables({std::string(DR_KERNEL_DATA_DIR) + "/attention_2x16x2048x128_causal_fp16.jsonl"}))
+    tables.push_back(std::move(t));
+  auto beyond_steps = [&](double near, uint64_t seed, size_t t) {
+    ProblemTable unseen = tables[t];
+    unseen.problem.family = "unseen " + unseen.problem.family;
+    ReplayEnv env(unseen);
+    Evaluator session(env, Budget{40});
+    RunStrategy("ppo", session, seed, {{"climb", 2}, {"climb_pair_near", near}});
+    const Space& space = env.space();
+    const auto& history = session.history();
+    int steps = 0;
+    for (size_t i = 0; i < history.size(); ++i) {
+      if (history[i].why != kBeyond) continue;
+      double best_ms = kInf;
+      size_t best = 0;
+      for (size_t j = 0; j < i; ++j)
+        if (history[j].measurement.objective() < best_ms) best_ms = history[j].measurement.objective(), best = j;
+      bool explained = false;
+      for (size_t j = 0; j < i && !explained; ++j) {
+        if (history[j].why != "climb: a block and its warps together" ||
+            !(history[j].measurement.objective() <= 1.1 * best_ms))
+          continue;
+        for (const Config& c : space.Neighbours(history[j].config)) explained |= c == history[i].config;
+      }
+      EXPECT_TRUE(explained) << unseen.problem.Label() << " seed " << seed << " measurement " << i + 1;
+      // The best's own neighbours came first: those that ran were measured before this one.
+      for (const Config& c : space.Neighbours(history[best].config)) {
+        bool before = false, ran = false;
+        for (size_t j = 0; j < history.size(); ++j)
+          if (history[j].config == c) before = j < i, ran = history[j].measurement.status == Status::kOk;
+        EXPECT_TRUE(before || !ran) << unseen.problem.Label() << " seed " << seed << " measurement " << i + 1;
+      }
+      ++steps;
+    }
+    return steps;
+  };
+  int with = 0, without = 0;
+  for (size_t t = 0; t < tables.size(); ++t)
+    for (uint64_t seed = 0; seed < 5; ++seed) {
+      with += beyond_steps(0.1, seed, t);
+      without += beyond_steps(0, seed, t);
+    }
+  std::printf("steps beyond a pair in %zu sessions: %d with climb_pair_near, %d without\n", tables.size() * 5,
+              with, without);
+  EXPECT_EQ(without, 0);
+  EXPECT_GE(with, 1);
+}
+
 TEST(PpoTest, AlikeActsOnlyWhereTheFeatureTableEstimatesTheConfigs) {
   // `alike` weighs measurements by the configs' estimated registers, shared memory and waves: on
   // the causal attention (estimated) it changes what sessions measure; on layernorm, which the

@@ -206,6 +206,8 @@ class Walk {
   // only the `top` fastest of those incumbents count (ties in time by index).
   // With `ridge`, a neighbour that breaks a constraint is replaced by its RidgeStep.
   std::vector<Config> UncheckedNeighbours(double near = 0, size_t top = 0, bool ridge = false) const;
+  // The same for the given configs instead of the incumbents (those not measured ok are skipped).
+  std::vector<Config> UncheckedNeighboursOf(const std::vector<Config>& from, bool ridge = false) const;
 
   // RankCorrelation of the predictions made just before measuring with the measured times, over
   // the ok measurements (0 with fewer than TrustConfig::min_pairs informative pairs).
@@ -289,6 +291,7 @@ class Walk {
   const Space& space() const { return space_; }
 
  private:
+  std::vector<Config> UncheckedFrom(const std::vector<uint64_t>& incumbents, bool ridge) const;
   struct Result {
     bool ok;
     double log_ms;
