@@ -366,7 +366,9 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
   // 128-row tiles of 4 warps 1.27x, 8 warps 1.64x, 128 rows and 8 warps 1.01x; benchmarks/agent.md).
   // A step alone climb_warps_cliff times slower or more fell off a cliff (registers spilled: matmul
   // 2048x1000x16384's 128x128x128 tiles on 2 warps, 14x the best) that a smaller block on as few
-  // warps does not climb back from, so it pairs with nothing. Spaces without a `num_warps`
+  // warps does not climb back from, so it pairs with nothing. 2, not 3: on the causal attention
+  // 2x16x2048x128 a step to 2 warps 2.3x slower than the best paired with a smaller block (2.9x and
+  // 2.2x) before the climb's useful steps (benchmarks/agent.md). Spaces without a `num_warps`
   // parameter are untouched.
   const double climb_warps = options.Get("climb_warps");
   const double climb_warps_cliff = options.Get("climb_warps_cliff");
@@ -766,7 +768,7 @@ StrategyInfo PpoStrategy() {
                                "this fraction of the best (the pair crossed into another basin; 0: off; "
                                "benchmarks/agent.md)", 0.1},
            {"climb_warps_cliff", "with climb_warps, a step alone this many times slower than the best or more is a "
-                                 "cliff and pairs with nothing (0: no limit)", 3},
+                                 "cliff and pairs with nothing (0: no limit)", 2},
            {"climb_warps", "in the climb, where moving num_warps one step and another parameter one step the same "
                            "way were each measured at least this many times slower than the best, the two steps "
                            "together are measured first (0: off; benchmarks/agent.md)", 1.1},
