@@ -371,10 +371,8 @@ std::vector<Config> Walk::UncheckedNeighbours(double near, size_t top, bool ridg
 
 std::vector<Config> Walk::UncheckedNeighboursOf(const std::vector<Config>& from, bool ridge) const {
   std::vector<uint64_t> indices;
-  for (const Config& c : from) {
-    const auto it = measured_.find(space_.Index(c));
-    if (it != measured_.end() && it->second.ok) indices.push_back(it->first);
-  }
+  for (const Config& c : from)
+    if (MeasuredLogMs(c)) indices.push_back(space_.Index(c));
   return UncheckedFrom(indices, ridge);
 }
 
