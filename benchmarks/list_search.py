@@ -67,14 +67,16 @@ def main() -> None:
             if row.get("type") == "measure":
                 rows[(row["family"], json.dumps(row["shape"], sort_keys=True), row.get("dtype", ""))].append(row)
     rng = random.Random(args.seed)
-    results = []
+    results, loaded = [], None
     with tempfile.TemporaryDirectory() as folder:
         for (family, shape, dtype), table_rows in rows.items():
             for pick, chosen in lists_of(table_rows, rng, args.per_table, smallest, largest):
                 path = Path(folder) / f"list{len(results)}.jsonl"
                 path.write_text("".join(json.dumps({**r, "family": "list of " + family}) + "\n" for r in chosen))
                 (table,) = _core.read_tables([str(path)])
-                use_agent_without(family, tables, args.agents, seed=args.seed)
+                if family != loaded:
+                    use_agent_without(family, tables, args.agents, seed=args.seed)
+                    loaded = family
                 report = json.loads(_core.replay([table], "ppo", args.budget, 10, args.within, 0,
                                                  dict(AUTO_STOP)).to_json())
                 problem = report["problems"][0]
@@ -83,6 +85,7 @@ def main() -> None:
                                 "evaluations": problem["evaluations_used"]["median"],
                                 "final_over_list_best": problem["final_over_oracle"],
                                 "runs_to_within": problem["evals_to_within"]["runs"]})
+
     def beyond(v) -> bool:  # A session that ended without the list's best within reach.
         return v is None or v > args.budget
 
