@@ -36,11 +36,12 @@ namespace {
 
 // The hardware estimates of every config of the space, from the model's family knowledge.
 void FillEstimates(const CostModel& model, const Problem& problem, const Space& space, Prior* prior) {
-  const DeviceDescription& device = model.features().DeviceOf(problem);
+  const FeatureExtractor& features = model.FeaturesFor(problem);
+  const DeviceDescription& device = features.DeviceOf(problem);
   prior->estimates.assign(space.product_size(), ConfigEstimate{});
   space.ForEach([&](const Config& c) {
     const NamedValues named = space.Named(c);
-    const KernelEstimate e = model.features().Estimate(problem, named);
+    const KernelEstimate e = features.Estimate(problem, named);
     if (!e.known) return true;
     ConfigEstimate& out = prior->estimates[space.Index(c)];
     out.known = true;
@@ -75,7 +76,7 @@ Prior PriorFromModel(const CostModel* model, const Problem& problem, const Space
     space.ForEach([&](const Config& c) {
       const ModelInput input = model->Input(problem, space.Named(c));
       prior.trust = input.family_seen ? kSeenFamilyTrust : kUnseenFamilyTrust;
-      if (!input.family_seen && !model->features().Estimate(problem, space.Named(c)).known)
+      if (!input.family_seen && !model->FeaturesFor(problem).Estimate(problem, space.Named(c)).known)
         prior.trust = kUnknownKernelTrust;
       const auto p = model->Predict(input);
       const uint64_t i = space.Index(c);
@@ -95,7 +96,7 @@ std::vector<double> ProblemFeaturesFor(const CostModel* model, const Problem& pr
   if (model && space.num_params() > 0) {
     // Any config gives the problem's flops and bytes; the first valid one will do.
     space.ForEach([&](const Config& c) {
-      const auto e = model->features().Estimate(problem, space.Named(c));
+      const auto e = model->FeaturesFor(problem).Estimate(problem, space.Named(c));
       flops = e.flops;
       bytes = e.bytes;
       return false;
@@ -149,6 +150,7 @@ Agent TrainAgent(const std::vector<ProblemTable>& tables, const TrainOptions& op
     for (auto& [family, model] : without_family) {
       PollInterrupt();
       model = std::make_shared<CostModel>(options.model);
+      model->SetDescribeByShape(false);  // The practice priors stand for the tables' own description.
       for (const auto& t : tables)
         if (t.problem.family != family) model->Add(t);
       if (model->num_ok_rows() == 0) model.reset();
@@ -161,6 +163,7 @@ Agent TrainAgent(const std::vector<ProblemTable>& tables, const TrainOptions& op
     std::unique_ptr<CostModel> others;
     if (options.use_model) {
       others = std::make_unique<CostModel>(options.model);
+      others->SetDescribeByShape(false);
       for (size_t j = 0; j < tables.size(); ++j)
         if (j != i) others->Add(tables[j]);
       if (others->num_ok_rows() == 0) others.reset();

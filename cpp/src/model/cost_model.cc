@@ -171,7 +171,7 @@ GbdtOptions CostModelOptions::DefaultFailureTrees() {
 double CostPrediction::ms() const { return std::exp(log_ms); }
 
 CostModel::CostModel(CostModelOptions options, DeviceDescription device)
-    : options_(std::move(options)), extractor_(std::move(device)) {
+    : options_(std::move(options)), extractor_(std::move(device)), shape_extractor_(extractor_.ByShape()) {
   if (options_.ensemble_size < 1) throw std::invalid_argument("a cost model needs ensemble_size >= 1");
 }
 
@@ -180,12 +180,22 @@ size_t CostModel::num_ok_rows() const {
       std::count_if(rows_.begin(), rows_.end(), [](const Row& r) { return r.status == Status::kOk; }));
 }
 
+const FeatureExtractor& CostModel::FeaturesFor(const Problem& problem) const {
+  const bool trained = std::binary_search(trained_families_.begin(), trained_families_.end(), problem.family);
+  return describe_by_shape_ && !trained ? shape_extractor_ : extractor_;
+}
+
 ModelInput CostModel::Input(const Problem& problem, const NamedValues& config,
                             const StaticFeatures* static_features) const {
+  return InputWith(FeaturesFor(problem), problem, config, static_features);
+}
+
+ModelInput CostModel::InputWith(const FeatureExtractor& fx, const Problem& problem, const NamedValues& config,
+                                const StaticFeatures* static_features) const {
   ModelInput in;
-  in.failure_features = extractor_.Extract(problem, config, nullptr);
+  in.failure_features = fx.Extract(problem, config, nullptr);
   if (options_.use_static_features && static_features && static_features->known()) {
-    in.time_features = extractor_.Extract(problem, config, static_features);
+    in.time_features = fx.Extract(problem, config, static_features);
   } else {
     in.time_features = in.failure_features;
   }
@@ -214,10 +224,17 @@ ModelInput CostModel::Input(const Problem& problem, const NamedValues& config,
 }
 
 void CostModel::Add(const Problem& problem, const NamedValues& config, const Measurement& m, double weight) {
+  const auto it = std::lower_bound(trained_families_.begin(), trained_families_.end(), problem.family);
+  if (it == trained_families_.end() || *it != problem.family) trained_families_.insert(it, problem.family);
+  AddRow(extractor_, problem, config, m, weight);
+}
+
+void CostModel::AddRow(const FeatureExtractor& fx, const Problem& problem, const NamedValues& config,
+                       const Measurement& m, double weight) {
   if (m.status == Status::kInvalid || !(weight > 0)) return;
   if (m.ok() && !(m.ms > 0)) return;
   const StaticFeatures st = StaticFeatures::From(m);
-  const ModelInput in = Input(problem, config, &st);
+  const ModelInput in = InputWith(fx, problem, config, &st);
   const auto it = std::lower_bound(families_.begin(), families_.end(), problem.family);
   if (it == families_.end() || *it != problem.family) families_.insert(it, problem.family);
   rows_.push_back({problem.family, in.log_offset, m.ok() ? std::log(m.ms) : kNaN, m.status, weight});
@@ -266,7 +283,8 @@ void CostModel::Add(const ProblemTable& table, double weight) {
   Problem generic = table.problem;
   generic.family = "generic " + table.problem.family;
   const size_t first = rows_.size();
-  for (const auto& row : table.rows) Add(generic, row.config, row.measurement, weight * options_.generic_rows);
+  for (const auto& row : table.rows)
+    AddRow(extractor_, generic, row.config, row.measurement, weight * options_.generic_rows);
   for (size_t i = first; i < rows_.size(); ++i) rows_[i].family = table.problem.family;
   families_.erase(std::remove(families_.begin(), families_.end(), generic.family), families_.end());
 }
@@ -371,13 +389,16 @@ void CostModel::FitFailures(const std::function<bool(size_t)>& use) {
 
 void CostModel::Update(const Problem& problem, const std::vector<std::pair<NamedValues, Measurement>>& batch,
                        double weight) {
-  for (const auto& [config, m] : batch) Add(problem, config, m, weight);
+  const FeatureExtractor& fx = FeaturesFor(problem);
+  for (const auto& [config, m] : batch) AddRow(fx, problem, config, m, weight);
   Fit();
 }
 
 std::unique_ptr<CostModel> CostModel::WithoutFamily(const std::string& family) const {
   auto out = std::make_unique<CostModel>(options_, extractor_.device());
   out->problem_counters_ = problem_counters_;
+  out->describe_by_shape_ = describe_by_shape_;
+  out->trained_families_ = trained_families_;  // The family it drops is still described by name.
   const size_t ntf = TimeFeatureCount(), nf = FeatureExtractor::size();
   for (size_t i = 0; i < rows_.size(); ++i) {
     if (rows_[i].family == family) continue;
@@ -634,6 +655,7 @@ CostModel CostModel::Load(std::istream& in) {
     r.status = static_cast<Status>(s);
     r.weight = io::ReadF64(in, "a training row");
   }
+  model.trained_families_ = model.families_;  // A saved model's rows are its training rows.
   model.time_x_.resize(num_rows * ntf);
   for (double& v : model.time_x_) v = io::ReadF64(in, "the training features");
   model.failure_x_.resize(num_rows * nf);

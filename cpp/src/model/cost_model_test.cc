@@ -313,6 +313,66 @@ TEST(CostModelTest, WithoutAFamilyIsTheModelFittedOnTheOtherFamiliesRows) {
   EXPECT_EQ(only_matmul.WithoutFamily("matmul"), nullptr);
 }
 
+// A GEMM family the model was never trained on (fp8_matmul's tables, with matmul's learned) is
+// described by shape, as a matmul: an analytic time and a quarter of the trees' correction, as
+// for a held-out matmul. A family it was trained on keeps its own (generic) description, and so do
+// the session's rows of a new family, the model without a family, and a model told not to.
+TEST(CostModelTest, AnUntrainedMnkFamilyIsDescribedAsAMatmul) {
+  const auto matmul = Tables({"matmul"});
+  const auto fp8 = Tables({"fp8_matmul"});
+  ASSERT_EQ(fp8.size(), 2u);
+  CostModel model(SmallOptions());
+  model.Add(matmul[0]);
+  model.Fit();
+  const Problem& gemm = fp8[0].problem;
+  const NamedValues& config = fp8[0].rows[0].config;
+  EXPECT_TRUE(model.FeaturesFor(gemm).by_shape());
+  EXPECT_FALSE(model.FeaturesFor(matmul[1].problem).by_shape());
+  const ModelInput in = model.Input(gemm, config);
+  EXPECT_FALSE(in.family_seen);
+  EXPECT_NE(in.log_offset, 0);  // The analytic time of the matmul model.
+  ModelInput seen = in;
+  seen.family_seen = true;
+  EXPECT_NEAR(model.Predict(in).log_ms - in.log_offset, 0.25 * (model.Predict(seen).log_ms - in.log_offset),
+              1e-12);
+
+  // The session's rows keep that description: the family is seen now, its offset the same.
+  std::vector<std::pair<NamedValues, Measurement>> batch;
+  for (size_t i = 0; i < fp8[0].rows.size() && batch.size() < 8; i += 5)
+    batch.emplace_back(fp8[0].rows[i].config, fp8[0].rows[i].measurement);
+  CostModel session = model;
+  session.Update(gemm, batch);
+  EXPECT_TRUE(session.FamilySeen("fp8_matmul"));
+  EXPECT_TRUE(session.FeaturesFor(gemm).by_shape());
+  EXPECT_DOUBLE_EQ(session.Input(gemm, config).log_offset, in.log_offset);
+
+  // Trained on the family (its other shape): by name, generic features, no analytic time; the same
+  // in the model without the family, and after saving and loading.
+  CostModel trained(SmallOptions());
+  trained.Add(matmul[0]);
+  trained.Add(fp8[1]);
+  trained.Fit();
+  EXPECT_FALSE(trained.FeaturesFor(gemm).by_shape());
+  EXPECT_EQ(trained.Input(gemm, config).log_offset, 0);
+  const auto without = trained.WithoutFamily("fp8_matmul");
+  ASSERT_NE(without, nullptr);
+  EXPECT_FALSE(without->FamilySeen("fp8_matmul"));
+  EXPECT_FALSE(without->FeaturesFor(gemm).by_shape());
+  std::stringstream saved;
+  trained.Save(saved);
+  const CostModel loaded = CostModel::Load(saved);
+  EXPECT_FALSE(loaded.FeaturesFor(gemm).by_shape());
+  std::stringstream saved_untrained;
+  model.Save(saved_untrained);
+  EXPECT_TRUE(CostModel::Load(saved_untrained).FeaturesFor(gemm).by_shape());
+
+  // Told not to: a kernel the feature table does not know.
+  CostModel plain = model;
+  plain.SetDescribeByShape(false);
+  EXPECT_FALSE(plain.FeaturesFor(gemm).by_shape());
+  EXPECT_EQ(plain.Input(gemm, config).log_offset, 0);
+}
+
 TEST(CostModelTest, GenericRowsCopyAnEstimatedFamilysRowsUnderItsOwnName) {
   const auto softmax = Tables({"softmax"});
   const auto cumsum = Tables({"cumsum"});

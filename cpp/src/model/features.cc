@@ -317,9 +317,23 @@ constexpr FamilyModel kFamilies[] = {
     {"rmsnorm", kFamilyRmsnorm, EstimateRmsnorm},
 };
 
-const FamilyModel* FindFamily(const std::string& family) {
+// The problem's numeric shape dimensions are exactly `names` (a string such as a dtype is not one).
+bool ShapeIs(const Problem& problem, std::initializer_list<const char*> names) {
+  size_t numeric = 0;
+  for (const auto& [key, value] : problem.shape) {
+    if (std::holds_alternative<std::string>(value)) continue;
+    ++numeric;
+    if (std::none_of(names.begin(), names.end(), [&](const char* n) { return key == n; })) return false;
+  }
+  return numeric == names.size();
+}
+
+// The family model of `problem`: its family's by name; else, with `by_shape`, matmul's for a shape
+// of exactly M x N x K (whose estimate still needs BLOCK_M, BLOCK_N and BLOCK_K in the config).
+const FamilyModel* FindFamily(const Problem& problem, bool by_shape) {
   for (const auto& f : kFamilies)
-    if (family == f.family) return &f;
+    if (problem.family == f.family) return &f;
+  if (by_shape && ShapeIs(problem, {"M", "N", "K"})) return &kFamilies[0];
   return nullptr;
 }
 
@@ -491,6 +505,16 @@ std::vector<std::string> FeatureExtractor::KnownFamilies() {
   return out;
 }
 
+FeatureExtractor FeatureExtractor::ByShape() const {
+  FeatureExtractor out = *this;
+  out.by_shape_ = true;
+  return out;
+}
+
+bool FeatureExtractor::Describes(const Problem& problem) const {
+  return FindFamily(problem, by_shape_) != nullptr;
+}
+
 size_t FeatureIndex(const std::string& name) {
   const auto& names = FeatureExtractor::names();
   const auto it = std::find(names.begin(), names.end(), name);
@@ -500,14 +524,14 @@ size_t FeatureIndex(const std::string& name) {
 
 KernelEstimate FeatureExtractor::Estimate(const Problem& problem, const NamedValues& config) const {
   KernelEstimate e;
-  if (const FamilyModel* family = FindFamily(problem.family))
+  if (const FamilyModel* family = FindFamily(problem, by_shape_))
     e.known = family->estimate(problem, Lookup(problem.shape), Lookup(config), DeviceOf(problem), &e);
   if (!e.known) e = KernelEstimate{};
   return e;
 }
 
 double FeatureExtractor::LogRooflineMs(const Problem& problem) const {
-  const FamilyModel* family = FindFamily(problem.family);
+  const FamilyModel* family = FindFamily(problem, by_shape_);
   if (!family) return 0;
   // The problem's flops and bytes do not depend on the config; any config that names the blocks
   // will do, so ask with blocks of 64 (and BLOCK for row-wise kernels).
@@ -531,7 +555,7 @@ void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config
   std::fill(out, out + kCount, 0.0);
   const DeviceDescription& device = DeviceOf(problem);
   const Lookup cfg(config);
-  const FamilyModel* family = FindFamily(problem.family);
+  const FamilyModel* family = FindFamily(problem, by_shape_);
   out[family ? family->one_hot : kFamilyOther] = 1;
 
   // Generic: log2 of every numeric value, by position (bools stay 0/1, strings 0).

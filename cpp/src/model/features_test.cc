@@ -228,6 +228,48 @@ TEST(FeaturesTest, AnalyticTwinsAreConfigsTheEstimateCannotTellApart) {
   EXPECT_FALSE(fx.AnalyticTwins(unknown, {{"BLOCK_SIZE", int64_t{1024}}}, {{"BLOCK_SIZE", int64_t{1024}}}));
 }
 
+// By shape (FeatureExtractor::ByShape), a GEMM of another family name, the recorded fp8_matmul's
+// M x N x K and block names, is described as a matmul: its 61 rows fill one 64-row tile but only
+// half of a 128-row one. By name (the default) it is a kernel the table does not know.
+TEST(FeaturesTest, ByShapeAnMnkFamilyIsDescribedAsAMatmul) {
+  const FeatureExtractor by_name;
+  const FeatureExtractor fx = by_name.ByShape();
+  EXPECT_FALSE(by_name.by_shape());
+  EXPECT_TRUE(fx.by_shape());
+  const NamedValues mnk = {{"M", int64_t{61}}, {"N", int64_t{8192}}, {"K", int64_t{8192}}};
+  auto tile = [](int64_t m, int64_t n) {
+    return NamedValues{{"BLOCK_M", m}, {"BLOCK_N", n}, {"BLOCK_K", int64_t{128}}, {"GROUP_M", int64_t{8}},
+                       {"num_warps", int64_t{8}}, {"num_stages", int64_t{4}}};
+  };
+  const Problem fp8{"fp8_matmul", mnk, "", "bf16"};
+  EXPECT_FALSE(by_name.Describes(fp8));
+  EXPECT_FALSE(by_name.Estimate(fp8, tile(64, 64)).known);
+  EXPECT_EQ(At(by_name.Extract(fp8, tile(64, 64)), "family_other"), 1);
+  ASSERT_TRUE(fx.Describes(fp8));
+  const KernelEstimate big = fx.Estimate(fp8, tile(128, 256)), small = fx.Estimate(fp8, tile(64, 64));
+  ASSERT_TRUE(big.known && small.known);
+  EXPECT_DOUBLE_EQ(big.programs, 32);
+  EXPECT_DOUBLE_EQ(small.programs, 128);
+  EXPECT_NEAR(big.padding_waste, 1 - 61.0 / 128, 1e-12);
+  EXPECT_NEAR(small.padding_waste, 1 - 61.0 / 64, 1e-12);
+  // Its features are those of a problem of that name, to the analytic time.
+  const Problem named{"matmul", mnk, "", "bf16"};
+  EXPECT_EQ(fx.Extract(fp8, tile(64, 64)), by_name.Extract(named, tile(64, 64)));
+  EXPECT_NE(fx.LogRooflineMs(fp8), 0);
+  EXPECT_TRUE(fx.AnalyticTwins(fp8, tile(64, 64), tile(64, 64)));
+  // Not by shape: another shape (a grouped GEMM's G, or rows and columns), or a config without
+  // the three blocks.
+  NamedValues grouped = mnk;
+  grouped.emplace_back("G", int64_t{8});
+  EXPECT_FALSE(fx.Describes(Problem{"grouped_matmul", grouped, "", ""}));
+  EXPECT_FALSE(fx.Describes(Problem{"my_norm", {{"rows", int64_t{8}}, {"cols", int64_t{8}}}, "", ""}));
+  EXPECT_FALSE(fx.Estimate(fp8, {{"BLOCK_SIZE", int64_t{1024}}, {"num_warps", int64_t{4}}}).known);
+  // A dtype among the shape's values is not a dimension.
+  NamedValues typed = mnk;
+  typed.emplace_back("dtype", std::string("fp8"));
+  EXPECT_TRUE(fx.Describes(Problem{"my_gemm", typed, "", ""}));
+}
+
 TEST(FeaturesTest, UnknownFamiliesGetGenericFeaturesOnly) {
   const Problem p{"my_kernel", {{"n", int64_t{1 << 20}}, {"dtype", std::string("fp16")}}, "", ""};
   const NamedValues c = {{"BLOCK_SIZE", int64_t{1024}}, {"num_warps", int64_t{8}}, {"UNROLL", int64_t{4}}};

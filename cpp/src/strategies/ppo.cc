@@ -432,7 +432,7 @@ void Run(Evaluator& evaluator, const Options& options, Rng& rng) {
       if (static_cast<int64_t>(out.size()) >= twins || out.size() >= limit) break;
       const Config c = space.FromIndex(index);
       if (walks[0].Measured(c) || walks[0].Covered(c) || walks[0].StaticallyFails(index)) continue;
-      if (trained->model->features().AnalyticTwins(problem, best, space.Named(c))) out.push_back(c);
+      if (trained->model->FeaturesFor(problem).AnalyticTwins(problem, best, space.Named(c))) out.push_back(c);
     }
     return out;
   };

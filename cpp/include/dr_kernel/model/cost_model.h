@@ -142,9 +142,19 @@ class CostModel {
   size_t num_ok_rows() const;
   size_t ensemble_size() const { return members_.size(); }
   const CostModelOptions& options() const { return options_; }
+  // The extractor that describes the rows learned by name (a family the feature table does not
+  // name gets generic features).
   const FeatureExtractor& features() const { return extractor_; }
+  // The extractor that describes `problem`: features() for a family the model was trained on
+  // (Add(), not Update()); for any other, features().ByShape() unless SetDescribeByShape(false),
+  // so that a new GEMM of M x N x K is described as a matmul. A session's Update() rows of such a
+  // family keep that description; WithoutFamily() keeps describing the family it drops by name.
+  const FeatureExtractor& FeaturesFor(const Problem& problem) const;
+  // Whether FeaturesFor() may describe untrained families by shape (on by default; not saved).
+  // Pre-training turns it off on its practice models, whose priors stand for the tables' own.
+  void SetDescribeByShape(bool on) { describe_by_shape_ = on; }
 
-  // The features and offset of a config of a problem.
+  // The features and offset of a config of a problem (described by FeaturesFor(problem)).
   ModelInput Input(const Problem& problem, const NamedValues& config,
                    const StaticFeatures* static_features = nullptr) const;
   // Throws std::logic_error before Fit.
@@ -187,11 +197,20 @@ class CostModel {
 
   // Features of one time row: the extractor's, plus the counter features when used.
   size_t TimeFeatureCount() const;
+  // Input() with the features of `fx`.
+  ModelInput InputWith(const FeatureExtractor& fx, const Problem& problem, const NamedValues& config,
+                       const StaticFeatures* static_features) const;
+  // Adds one row described by `fx` (Add() and Update() without their bookkeeping).
+  void AddRow(const FeatureExtractor& fx, const Problem& problem, const NamedValues& config,
+              const Measurement& m, double weight);
 
   CostModelOptions options_;
   FeatureExtractor extractor_;
+  FeatureExtractor shape_extractor_;  // extractor_.ByShape().
+  bool describe_by_shape_ = true;
   std::vector<Row> rows_;
-  std::vector<std::string> families_;  // Families of the rows, sorted.
+  std::vector<std::string> families_;          // Families of the rows, sorted.
+  std::vector<std::string> trained_families_;  // Families added by Add() (not Update()), sorted.
   std::vector<double> time_x_;         // Row-major time features of rows_.
   std::vector<double> failure_x_;      // Row-major failure features of rows_.
   std::vector<Gbdt> members_;          // Fitted on every row but the generic copies.

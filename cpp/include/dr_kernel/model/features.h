@@ -7,7 +7,9 @@
 // are known (matmul, attention, softmax, rmsnorm) also get derived features: program instances,
 // waves over the SMs, tail-wave efficiency, work and traffic per program, padding waste, loop trip
 // counts, registers' worth of live elements per thread, an estimate of shared memory. The family
-// knowledge lives in one table in features.cc; any other kernel falls back to generic features.
+// knowledge lives in one table in features.cc; any other kernel falls back to generic features,
+// unless the extractor describes by shape too (ByShape()): then a family of another name whose
+// shape is exactly M x N x K is described as a matmul.
 #ifndef DR_KERNEL_MODEL_FEATURES_H_
 #define DR_KERNEL_MODEL_FEATURES_H_
 
@@ -101,6 +103,13 @@ class FeatureExtractor {
  public:
   explicit FeatureExtractor(DeviceDescription device = {});
 
+  // This extractor, describing also the families the table does not name by their shape: one
+  // whose numeric shape is exactly {M, N, K} as a matmul (an FP8 or fused GEMM of a user's,
+  // whose config names BLOCK_M, BLOCK_N and BLOCK_K). A cost model describes so the families it
+  // was not trained on (CostModel::FeaturesFor), never those whose rows it learned by name.
+  FeatureExtractor ByShape() const;
+  bool by_shape() const { return by_shape_; }
+
   // Number of features, their names (in vector order) and the device.
   static size_t size();
   static const std::vector<std::string>& names();
@@ -140,11 +149,15 @@ class FeatureExtractor {
   // has no analytic model.
   bool AnalyticTwins(const Problem& problem, const NamedValues& a, const NamedValues& b) const;
 
-  // Families with derived features, e.g. {"matmul", "attention", "softmax", "rmsnorm"}.
+  // Families with derived features by name, e.g. {"matmul", "attention", "softmax", "rmsnorm"}.
   static std::vector<std::string> KnownFamilies();
+  // Whether `problem` gets derived features from this extractor (by its family's name, or by its
+  // shape when by_shape()).
+  bool Describes(const Problem& problem) const;
 
  private:
   DeviceDescription device_;
+  bool by_shape_ = false;
   // What DeviceOf() gives each other known model (KnownDevice()'s entry).
   std::vector<std::pair<const DeviceDescription*, DeviceDescription>> others_;
 };
