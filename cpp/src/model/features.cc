@@ -600,6 +600,11 @@ void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config
   // Derived, for families the table knows.
   KernelEstimate e;
   if (family) e.known = family->estimate(problem, Lookup(problem.shape), cfg, device, &e);
+  if (family && !e.known && problem.family != family->family) {
+    // Matched by shape, but the config does not name the model's blocks: a kernel not known.
+    out[family->one_hot] = 0;
+    out[kFamilyOther] = 1;
+  }
   const double sms = device.sm_count;
   double blocks_per_sm_smem = device.max_blocks_per_sm;
   if (e.known) {

@@ -263,7 +263,9 @@ TEST(FeaturesTest, ByShapeAnMnkFamilyIsDescribedAsAMatmul) {
   grouped.emplace_back("G", int64_t{8});
   EXPECT_FALSE(fx.Describes(Problem{"grouped_matmul", grouped, "", ""}));
   EXPECT_FALSE(fx.Describes(Problem{"my_norm", {{"rows", int64_t{8}}, {"cols", int64_t{8}}}, "", ""}));
-  EXPECT_FALSE(fx.Estimate(fp8, {{"BLOCK_SIZE", int64_t{1024}}, {"num_warps", int64_t{4}}}).known);
+  const NamedValues one_block = {{"BLOCK_SIZE", int64_t{1024}}, {"num_warps", int64_t{4}}};
+  EXPECT_FALSE(fx.Estimate(fp8, one_block).known);
+  EXPECT_EQ(fx.Extract(fp8, one_block), by_name.Extract(fp8, one_block));  // A kernel not known.
   // A dtype among the shape's values is not a dimension.
   NamedValues typed = mnk;
   typed.emplace_back("dtype", std::string("fp8"));
