@@ -153,7 +153,8 @@ Launch LaunchOf(const Lookup& config) {
 double ElementBytes(const Problem& problem) {
   const std::string& d = problem.dtype;
   if (d == "fp32" || d == "float32" || d == "tf32") return 4;
-  if (d == "fp8" || d == "float8" || d == "int8") return 1;
+  // torch's spellings too (float8_e4m3fn, float8_e5m2): what a library kernel's problem records.
+  if (d.rfind("fp8", 0) == 0 || d.rfind("float8", 0) == 0 || d == "int8" || d == "uint8") return 1;
   return 2;  // The recorded kernels are fp16; so are most tuned ones.
 }
 

@@ -257,6 +257,12 @@ TEST(FeaturesTest, ByShapeAnMnkFamilyIsDescribedAsAMatmul) {
   EXPECT_EQ(fx.Extract(fp8, tile(64, 64)), by_name.Extract(named, tile(64, 64)));
   EXPECT_NE(fx.LogRooflineMs(fp8), 0);
   EXPECT_TRUE(fx.AnalyticTwins(fp8, tile(64, 64), tile(64, 64)));
+  // Operands of one byte, as a library's FP8 GEMM records its dtype (torch's spelling): 64 x 64
+  // tiles of BLOCK_K 256 in 4 stages take 128 KiB of shared memory, not the 256 KiB of fp16's.
+  NamedValues deep = tile(64, 64);
+  deep[2].second = int64_t{256};
+  EXPECT_DOUBLE_EQ(fx.Estimate(Problem{"my_gemm", mnk, "", "float8_e4m3fn"}, deep).smem_bytes, 128.0 * 256 * 4);
+  EXPECT_DOUBLE_EQ(fx.Estimate(Problem{"my_gemm", mnk, "", "float16"}, deep).smem_bytes, 128.0 * 256 * 2 * 4);
   // Not by shape: another shape (a grouped GEMM's G, or rows and columns), or a config without
   // the three blocks.
   NamedValues grouped = mnk;
