@@ -261,8 +261,9 @@ TEST(FeaturesTest, ByShapeAnMnkFamilyIsDescribedAsAMatmul) {
   // tiles of BLOCK_K 256 in 4 stages take 128 KiB of shared memory, not the 256 KiB of fp16's.
   NamedValues deep = tile(64, 64);
   deep[2].second = int64_t{256};
-  EXPECT_DOUBLE_EQ(fx.Estimate(Problem{"my_gemm", mnk, "", "float8_e4m3fn"}, deep).smem_bytes, 128.0 * 256 * 4);
-  EXPECT_DOUBLE_EQ(fx.Estimate(Problem{"my_gemm", mnk, "", "float16"}, deep).smem_bytes, 128.0 * 256 * 2 * 4);
+  const Problem fp8_operands{"my_gemm", mnk, "", "float8_e4m3fn"}, fp16_operands{"my_gemm", mnk, "", "float16"};
+  EXPECT_DOUBLE_EQ(fx.Estimate(fp8_operands, deep).smem_bytes, 128.0 * 256 * 4);
+  EXPECT_DOUBLE_EQ(fx.Estimate(fp16_operands, deep).smem_bytes, 128.0 * 256 * 2 * 4);
   // Not by shape: another shape (a grouped GEMM's G, or rows and columns), or a config without
   // the three blocks.
   NamedValues grouped = mnk;
