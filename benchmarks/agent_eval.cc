@@ -261,6 +261,12 @@ int main(int argc, char** argv) {
       agent::TrainReport report;
       auto trained = std::make_shared<agent::Agent>(agent::TrainAgent(train, options, &report));
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (unknown_kernel && trained->model) {
+        // A kernel never seen: generic features only, an M x N x K GEMM too (not described by shape).
+        auto plain = std::make_shared<CostModel>(*trained->model);
+        plain->SetDescribeByShape(false);
+        trained->model = plain;
+      }
       agent::SetDefaultAgent(trained);
       settings.strategy = "ppo";
       settings.options = {{"epsilon", 0.0}, {"refit", refit}};

@@ -242,6 +242,7 @@ void PrintKernelUnknown(const std::vector<ProblemTable>& tables, const CostModel
   int counted = 0;
   for (const auto& family : families) {
     CostModel model(options);
+    model.SetDescribeByShape(false);  // Generic features only, an M x N x K GEMM too.
     for (const auto& t : tables)
       if (t.problem.family != family) model.Add(t);
     model.Fit();
@@ -277,7 +278,8 @@ void PrintUnestimatedSeenGeneric(const std::vector<ProblemTable>& tables, CostMo
     if (std::find(known.begin(), known.end(), t.problem.family) != known.end()) continue;
     for (uint64_t seed = 0; seed < 2; ++seed) {
       options.seed = seed;
-      const CostModel model = FitAllBut(tables, options, held);
+      CostModel model = FitAllBut(tables, options, held);
+      model.SetDescribeByShape(false);  // The renamed family gets generic features, as its rows did.
       // Renamed, the family is one the model has no row of: the same features, the generic ensemble.
       ProblemTable renamed = t;
       renamed.problem.family = "new kernel " + t.problem.family;
