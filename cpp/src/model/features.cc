@@ -512,10 +512,6 @@ FeatureExtractor FeatureExtractor::ByShape() const {
   return out;
 }
 
-bool FeatureExtractor::Describes(const Problem& problem) const {
-  return FindFamily(problem, by_shape_) != nullptr;
-}
-
 size_t FeatureIndex(const std::string& name) {
   const auto& names = FeatureExtractor::names();
   const auto it = std::find(names.begin(), names.end(), name);

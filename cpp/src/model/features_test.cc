@@ -242,10 +242,8 @@ TEST(FeaturesTest, ByShapeAnMnkFamilyIsDescribedAsAMatmul) {
                        {"num_warps", int64_t{8}}, {"num_stages", int64_t{4}}};
   };
   const Problem fp8{"fp8_matmul", mnk, "", "bf16"};
-  EXPECT_FALSE(by_name.Describes(fp8));
   EXPECT_FALSE(by_name.Estimate(fp8, tile(64, 64)).known);
   EXPECT_EQ(At(by_name.Extract(fp8, tile(64, 64)), "family_other"), 1);
-  ASSERT_TRUE(fx.Describes(fp8));
   const KernelEstimate big = fx.Estimate(fp8, tile(128, 256)), small = fx.Estimate(fp8, tile(64, 64));
   ASSERT_TRUE(big.known && small.known);
   EXPECT_DOUBLE_EQ(big.programs, 32);
@@ -268,15 +266,16 @@ TEST(FeaturesTest, ByShapeAnMnkFamilyIsDescribedAsAMatmul) {
   // the three blocks.
   NamedValues grouped = mnk;
   grouped.emplace_back("G", int64_t{8});
-  EXPECT_FALSE(fx.Describes(Problem{"grouped_matmul", grouped, "", ""}));
-  EXPECT_FALSE(fx.Describes(Problem{"my_norm", {{"rows", int64_t{8}}, {"cols", int64_t{8}}}, "", ""}));
+  EXPECT_FALSE(fx.Estimate(Problem{"grouped_matmul", grouped, "", ""}, tile(64, 64)).known);
+  const Problem norm{"my_norm", {{"rows", int64_t{8}}, {"cols", int64_t{8}}}, "", ""};
+  EXPECT_FALSE(fx.Estimate(norm, tile(64, 64)).known);
   const NamedValues one_block = {{"BLOCK_SIZE", int64_t{1024}}, {"num_warps", int64_t{4}}};
   EXPECT_FALSE(fx.Estimate(fp8, one_block).known);
   EXPECT_EQ(fx.Extract(fp8, one_block), by_name.Extract(fp8, one_block));  // A kernel not known.
   // A dtype among the shape's values is not a dimension.
   NamedValues typed = mnk;
   typed.emplace_back("dtype", std::string("fp8"));
-  EXPECT_TRUE(fx.Describes(Problem{"my_gemm", typed, "", ""}));
+  EXPECT_TRUE(fx.Estimate(Problem{"my_gemm", typed, "", ""}, tile(64, 64)).known);
 }
 
 TEST(FeaturesTest, UnknownFamiliesGetGenericFeaturesOnly) {

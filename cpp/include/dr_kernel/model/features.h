@@ -151,10 +151,6 @@ class FeatureExtractor {
 
   // Families with derived features by name, e.g. {"matmul", "attention", "softmax", "rmsnorm"}.
   static std::vector<std::string> KnownFamilies();
-  // Whether a family model applies to `problem`: by its family's name, or by its shape when
-  // by_shape(). Matched by shape, a config that does not name the model's blocks still gets
-  // generic features only (the family_other indicator, no estimate).
-  bool Describes(const Problem& problem) const;
 
  private:
   DeviceDescription device_;
