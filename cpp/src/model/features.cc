@@ -553,7 +553,6 @@ void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config
   const DeviceDescription& device = DeviceOf(problem);
   const Lookup cfg(config);
   const FamilyModel* family = FindFamily(problem, by_shape_);
-  out[family ? family->one_hot : kFamilyOther] = 1;
 
   // Generic: log2 of every numeric value, by position (bools stay 0/1, strings 0).
   auto slot = [](const Value& v) {
@@ -597,11 +596,9 @@ void FeatureExtractor::Extract(const Problem& problem, const NamedValues& config
   // Derived, for families the table knows.
   KernelEstimate e;
   if (family) e.known = family->estimate(problem, Lookup(problem.shape), cfg, device, &e);
-  if (family && !e.known && problem.family != family->family) {
-    // Matched by shape, but the config does not name the model's blocks: a kernel not known.
-    out[family->one_hot] = 0;
-    out[kFamilyOther] = 1;
-  }
+  // Matched by shape, a config that does not name the model's blocks is a kernel not known.
+  const bool described = family && (e.known || problem.family == family->family);
+  out[described ? family->one_hot : kFamilyOther] = 1;
   const double sms = device.sm_count;
   double blocks_per_sm_smem = device.max_blocks_per_sm;
   if (e.known) {
