@@ -17,7 +17,9 @@ op's steps run (each synchronised) until no tuning is pending, and the row says 
 Mode `widen` is install(widen=True). Mode `ceiling` asks what widening could give at most: the
 same widened spaces searched by random search without replacement with CEILING_EVALS (200) more
 configs than each list, which is every config of the spaces up to that size and the best of 200
-random draws of larger ones (the row's kernels say each space's valid size, `widened`).
+random draws of larger ones (the row's kernels say each space's valid size, `widened`). Op
+cce_linear_cross_entropy (not in the default list) also reports its results' error against float32
+torch (`error_vs_fp32`).
 Results: one JSON line per run in DIR/library_bench.jsonl (`agent`: the DR_KERNEL_AGENT folder the
 run used, or "shipped"), a table at the end.
 """
@@ -61,6 +63,7 @@ def make_op(name: str):
         import contextlib
 
         context = contextlib.nullcontext
+    check = None
     x, dy = leaf(TOKENS, HIDDEN), torch.randn(TOKENS, HIDDEN, device=dev, dtype=bf16)
     w, b = leaf(HIDDEN), leaf(HIDDEN)
     if name == "gems_layer_norm":
@@ -138,6 +141,34 @@ def make_op(name: str):
 
         def f():
             return layer(x), dy
+    elif name == "cce_linear_cross_entropy":
+        # Apple's Cut Cross-Entropy: the loss of an LM head over a large vocabulary (Llama 3's) without
+        # materialising the logits. Its three kernels are autotuned when CCE_AUTOTUNE=1 (set before
+        # its import), each as libraries rarely write it: prune_configs_by with early_config_prune, a
+        # perf_model and top_k, restore_value, and reset_to_zero into gradients that programs add to
+        # atomically and under locks; the backward also skips blocks whose softmax is negligible.
+        os.environ["CCE_AUTOTUNE"] = "1"
+        from cut_cross_entropy import linear_cross_entropy
+
+        vocab = 128256
+        e, head = leaf(TOKENS, HIDDEN), leaf(vocab, HIDDEN, scale=0.02)
+        target = torch.randint(0, vocab, (TOKENS,), device=dev)
+
+        def f():
+            return linear_cross_entropy(e, head, target), None
+
+        def check() -> dict:
+            """The loss and both gradients of one fresh step against float32 torch: how far the
+            tuned kernels' results are from exact, relative to the largest reference value."""
+            e.grad = head.grad = None
+            loss = linear_cross_entropy(e, head, target)
+            loss.backward()
+            got = (loss.float(), e.grad.float(), head.grad.float())
+            e32, head32 = e.detach().float().requires_grad_(True), head.detach().float().requires_grad_(True)
+            ref = F.cross_entropy(e32 @ head32.T, target)
+            ref.backward()
+            return {k: float((g - r).abs().max() / r.abs().max()) for k, g, r in
+                    zip(("loss", "dE", "dC"), got, (ref.detach(), e32.grad, head32.grad), strict=True)}
     else:
         raise SystemExit(f"unknown op {name}")
 
@@ -149,6 +180,7 @@ def make_op(name: str):
             else:
                 y.backward(grad)
 
+    step.check = check  # An op's own check of its results, or None.
     return step
 
 
@@ -339,6 +371,8 @@ def child(op: str, mode: str, profile: bool = False, warm: bool = False) -> dict
         measure._stop_parked()
     again = step_times(step)
     result.update({"step_ms_again": statistics.median(again), "children_again": len(child_processes())})
+    if step.check is not None:
+        result["error_vs_fp32"] = step.check()
     if profiler is not None:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(60)

@@ -2,10 +2,12 @@
 replaced by dr_kernel (mode "ours", or "defer": install(defer=True)), and in modes "ours" and "defer"
 runs some of its ops in Triton's interpreter against torch. Prints one JSON object.
 
-    library_takeover.py count|ours|defer [liger-fla|torchao]
+    library_takeover.py count|ours|defer [liger-fla|torchao|cce]
 
 liger-fla (the default): Liger-Kernel's and flash-linear-attention's (fla-core) ops, two of fla's run
-forward and backward. torchao: every torchao module, its INT8 GEMM (27 configs) run."""
+forward and backward. torchao: every torchao module, its INT8 GEMM (27 configs) run. cce: Cut
+Cross-Entropy (cut-cross-entropy) with CCE_AUTOTUNE=1, nothing run (its kernels call libdevice, which the
+interpreter lacks, tuned or not; benchmarks/library_bench.py runs them on the GPU)."""
 
 import importlib
 import json
@@ -23,7 +25,11 @@ import triton.runtime.autotuner  # noqa: E402
 
 mode = sys.argv[1]
 library = sys.argv[2] if len(sys.argv) > 2 else "liger-fla"
-packages = {"liger-fla": ("liger_kernel.ops", "fla.ops", "fla.modules"), "torchao": ("torchao",)}[library]
+packages = {"liger-fla": ("liger_kernel.ops", "fla.ops", "fla.modules"), "torchao": ("torchao",),
+            "cce": ("cut_cross_entropy",)}[library]
+# Cut Cross-Entropy decorates its kernels with triton.autotune only when asked to (else with fixed
+# configs under @triton.heuristics).
+os.environ["CCE_AUTOTUNE"] = "1"
 decorated = []
 if mode == "count":
     stock = triton.runtime.autotuner.autotune
@@ -72,6 +78,8 @@ if mode == "ours" and library == "torchao":
     got = scaled_int8_mm_cuda(a, b, rows, cols)
     out["int8_mm"] = float((got.double() - ref).abs().max() / ref.abs().max())
     out["evaluations"] = _scaled_int8_mm_kernel.evaluations
+elif library == "cce":
+    pass
 elif mode in ("ours", "defer"):
     # Liger's autotuned kernels need the GPU (TMA descriptors) or libdevice, which the interpreter
     # lacks; fla's run there. Each result against torch's formula.

@@ -195,6 +195,18 @@ def test_torchao_every_autotuned_kernel_is_taken_over_and_its_int8_gemm_agrees(t
     assert ours["evaluations"] == 25  # Its list of 27 is measured whole, the two listed twice once.
 
 
+def test_cut_cross_entropy_every_autotuned_kernel_is_taken_over(tmp_path):
+    """Apple's Cut Cross-Entropy (installed from PyPI by scripts/setup) with CCE_AUTOTUNE=1: its three
+    kernels, each under @triton.heuristics with prune_configs_by (early_config_prune, a perf_model
+    given as functools.partial, top_k) and restore_value or reset_to_zero, are all taken over. They
+    call libdevice, which the interpreter lacks: the GPU runs them (benchmarks/library_bench.py)."""
+    counted = _library("count", tmp_path, "cce")
+    ours = _library("ours", tmp_path, "cce")
+    assert counted["failed_imports"] == ours["failed_imports"] == []
+    assert len(counted["decorated"]) == 3 and all(k.startswith("cut_cross_entropy.") for k in counted["decorated"])
+    assert ours["taken_over"] == counted["decorated"] and ours["kept"] == []
+
+
 DEFERRED_SCRIPT = """
 import json, time, torch, triton, dr_kernel
 with dr_kernel.installed(defer=True):
