@@ -193,7 +193,11 @@ def tuned_kernels() -> dict:
 
     out = {}
     for obj in gc.get_objects():
-        if isinstance(obj, triton.runtime.Autotuner) and isinstance(obj.cache, dict) and obj.cache:
+        try:
+            autotuner = isinstance(obj, triton.runtime.Autotuner)
+        except ReferenceError:  # A weakref.proxy whose object is gone (Cut Cross-Entropy holds some).
+            continue
+        if autotuner and isinstance(obj.cache, dict) and obj.cache:
             entry = {"winners": {str(k): str(v) for k, v in obj.cache.items()}}
             if hasattr(obj, "evaluations"):
                 entry.update(evaluations=obj.evaluations, tuning_s=round(obj.tuning_s, 3),
