@@ -5,7 +5,8 @@ configs whose first measurement lies within `confirm_within` (10 %) of the faste
 median wins. This reads every recorded `gpu_bench.py` session under benchmarks/results (their
 `history`, the first measurements, and `confirmed`, the rounds) and prints, by how much slower a
 challenger looked at first, how many challengers the rounds then made the winner and by how much;
-and what a narrower band would have saved (candidates timed, confirmations held at all).
+and what a narrower band would have saved (candidates timed, confirmations held at all); and what
+confirm_winner's early stop (a candidate out of reach is not timed again) saves on the recorded rounds.
 
     .venv/bin/python benchmarks/confirm_band.py [--band 0.05] [--json out.json]
 """
@@ -53,6 +54,53 @@ def challengers(paths):
     return rows
 
 
+def early_stop(paths):
+    """Replays every recorded session's confirmation rounds through session.confirm_winner, which
+    stops timing a candidate once its rounds so far put it out of reach: (re-timings recorded,
+    re-timings the early stop makes, their milliseconds of kernel time recorded and made, sessions
+    whose winner differs). The recorded rounds answer its re-timings in order."""
+    from dr_kernel.session import confirm_winner
+
+    recorded = made = 0
+    recorded_ms = made_ms = 0.0
+    differ = 0
+    for path in paths:
+        try:
+            record = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            continue
+        session = record.get("dr_kernel") if isinstance(record, dict) else None
+        confirmed = (session or {}).get("confirmed") or []
+        if len(confirmed) < 2:
+            continue
+        rounds = {json.dumps(c["config"], sort_keys=True): [math.nan if t is None else t for t in c["ms"]]
+                  for c in confirmed}
+        served = collections.Counter()
+
+        def remeasure(configs, rounds=rounds, served=served):
+            out = []
+            for config in configs:
+                key = json.dumps(config, sort_keys=True)
+                ms = rounds[key][served[key]]
+                served[key] += 1
+                out.append({"status": "ok", "ms": ms} if math.isfinite(ms) else {"status": "crashed"})
+            return out
+
+        # The candidates in their recorded order, as the first measurements had ranked them.
+        history = [(c["config"], {"status": "ok", "ms": 1.0 + i * 1e-9}, 0.0) for i, c in enumerate(confirmed)]
+        n_rounds = max(len(c["ms"]) for c in confirmed)
+        stopped = confirm_winner(history, remeasure, candidates=len(confirmed), rounds=n_rounds, within=1.0)
+        # All rounds' winner, ties to the first candidate as in confirm_winner.
+        full = min(((statistics.median(t), i, k) for i, (k, t) in enumerate(rounds.items())
+                    if all(math.isfinite(x) for x in t)), default=(math.inf, 0, None))[2]
+        differ += (json.dumps(stopped[0], sort_keys=True) if stopped else None) != full
+        recorded += sum(len(t) for t in rounds.values())
+        made += sum(served.values())
+        recorded_ms += sum(x for t in rounds.values() for x in t if math.isfinite(x))
+        made_ms += sum(x for k, t in rounds.items() for x in t[:served[k]] if math.isfinite(x))
+    return recorded, made, recorded_ms, made_ms, differ
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--band", type=float, default=0.05, help="the narrower band to count the savings of")
@@ -79,6 +127,13 @@ def main() -> None:
                   confirmations_narrow=held)
     print(f"with a band of {args.band:.0%}: candidates timed {timed} -> {narrow}, confirmations "
           f"{len(sessions)} -> {held}")
+    paths = sorted(glob.glob(str(RESULTS / "*" / "bench*" / "*.json")))
+    recorded, made, recorded_ms, made_ms, differ = early_stop(paths)
+    report.update(early_stop={"retimings_recorded": recorded, "retimings_made": made,
+                              "kernel_ms_recorded": round(recorded_ms, 3), "kernel_ms_made": round(made_ms, 3),
+                              "winners_that_differ": differ})
+    print(f"stopping a candidate once out of reach: {recorded} re-timings -> {made} ({made / recorded:.0%}), "
+          f"kernel time {recorded_ms:.0f} -> {made_ms:.0f} ms, {differ} winners differ")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
 

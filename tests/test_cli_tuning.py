@@ -123,14 +123,16 @@ def test_tune_in_the_interpreter_runs_the_whole_flow_and_says_its_times_are_not_
     # Every config the search measured or refused was asked of the compile stage once.
     assert sum(result["compile_readiness"].values()) == result["measured"] + result["copied"] + result["refused"]
     assert result["reference"]["name"] == "torch.softmax" and result["reference"]["ms"] > 0
-    # The best 3 measured binaries were timed 3 more times each, and the winner is the one with
-    # the lowest median of those rounds.
+    # The best 3 measured binaries were timed again, up to 3 more times each (at least twice, the
+    # winner in every round: one whose first two put it out of reach is not timed a third time), and
+    # the winner is the one with the lowest median of its rounds.
     confirmed = result["confirmed"]
-    assert len(confirmed) == min(3, result["measured"]) and all(len(c["ms"]) == 3 for c in confirmed)
+    assert len(confirmed) == min(3, result["measured"]) and all(2 <= len(c["ms"]) <= 3 for c in confirmed)
     winner = min(confirmed, key=lambda c: statistics.median(c["ms"]))
     assert result["best_config"] == winner["config"] and result["best_ms"] == statistics.median(winner["ms"])
+    assert len(winner["ms"]) == max(len(c["ms"]) for c in confirmed)
     stored = _core.Store(str(db))
-    assert stored.count() == 6 + 3 * len(confirmed)
+    assert stored.count() == 6 + sum(len(c["ms"]) for c in confirmed)
     # Each stored row has the static analysis of its binary, occupancy included: these small
     # programs fill half the H200's 64 warp slots with 32 resident one-warp blocks (its most), and
     # all of them with 16 four-warp blocks.

@@ -539,15 +539,59 @@ def test_the_best_configs_are_timed_again_and_the_lowest_median_wins(tmp_path):
     result = confirmed_session(measure, store, confirm=3, confirm_rounds=3)
     assert sorted(measure.calls[0][0]) == [0, 2, 6, 7] and result.evaluations == 5
     # Within 10 % of the lucky 1.00: X=0, 2 and 6, each timed once per round without early stop.
+    # After two rounds both of X=6's times are under both of each rival's: no third round can
+    # change the medians' order, so there is none.
     rounds = measure.calls[1:]
-    assert [sorted(xs) for xs, _ in rounds] == [[0, 2, 6]] * 3 and all(b == math.inf for _, b in rounds)
-    assert [xs[0] for xs, _ in rounds] == [0, 2, 6]  # Turns rotate: none always goes first.
+    assert [sorted(xs) for xs, _ in rounds] == [[0, 2, 6]] * 2 and all(b == math.inf for _, b in rounds)
+    assert [xs[0] for xs, _ in rounds] == [0, 2]  # Turns rotate: none always goes first.
     assert result.best_config == {"X": 6} and result.best_ms == pytest.approx(1.02)
-    assert result.confirmed == [({"X": 0}, [1.20] * 3), ({"X": 2}, [1.05] * 3), ({"X": 6}, [1.02] * 3)]
+    assert result.confirmed == [({"X": 0}, [1.20] * 2), ({"X": 2}, [1.05] * 2), ({"X": 6}, [1.02] * 2)]
     # Re-timings are stored like other results, with the binary's resource usage.
     rows = [m for c, m in store.rows(dict(PROBLEM)) if c == {"X": 6}]
-    assert [m["ms"] for m in rows] == [1.06, 1.02, 1.02, 1.02]
+    assert [m["ms"] for m in rows] == [1.06, 1.02, 1.02]
     assert all(m["n_regs"] == 60 and m["occupancy"] == pytest.approx(1 / 7) for m in rows)
+
+
+class Rounds:
+    """A benchmarker that answers each config's first measurement with `first` and its re-timings
+    with the next of its `rounds`, recording which configs each round timed."""
+
+    first = {0: 1.00, 2: 1.03, 6: 1.05, 7: 1.30}
+    rounds = {0: [1.10, 1.00, 1.00], 2: [1.02, 1.06, 1.20], 6: [1.30, 1.31, 1.32]}
+
+    def __init__(self):
+        self.calls: list[list[int]] = []
+        self.seen: dict[int, int] = {}
+
+    def __call__(self, configs, best_ms):
+        self.calls.append([c["X"] for c in configs])
+        out = []
+        for c in configs:
+            n = self.seen[c["X"]] = self.seen.get(c["X"], -1) + 1
+            out.append(({"status": "ok", "ms": self.first[c["X"]] if n == 0 else self.rounds[c["X"]][n - 1]}, 0.1))
+        return out
+
+
+def test_a_candidate_the_rounds_so_far_put_out_of_reach_is_not_timed_again():
+    measure = Rounds()
+    result = confirmed_session(measure, confirm=3, confirm_rounds=3)
+    # After two rounds X=6 (1.30, 1.31) is slower than X=2 could be (at most 1.06 whatever its third
+    # time): out. X=0 (1.10, 1.00) and X=2 (1.02, 1.06) could each still win: a third round for both.
+    assert [sorted(xs) for xs in measure.calls[1:]] == [[0, 2, 6], [0, 2, 6], [0, 2]]
+    assert result.best_config == {"X": 0} and result.best_ms == pytest.approx(1.00)
+    assert result.confirmed == [({"X": 0}, [1.10, 1.00, 1.00]), ({"X": 2}, [1.02, 1.06, 1.20]),
+                                ({"X": 6}, [1.30, 1.31])]
+
+
+def test_the_bounds_of_a_median_not_all_measured_yet():
+    from dr_kernel.session import _median_bounds
+
+    assert _median_bounds([1.0], 3) == (-math.inf, math.inf)
+    assert _median_bounds([2.0, 1.0], 3) == (1.0, 2.0)
+    assert _median_bounds([3.0, 1.0, 2.0], 3) == (2.0, 2.0)
+    assert _median_bounds([1.0, 4.0], 4) == (-math.inf, math.inf)  # Two unknown: either middle one.
+    assert _median_bounds([1.0, 4.0, 2.0], 4) == (1.5, 3.0)  # (1+2)/2 at least, (2+4)/2 at most.
+    assert _median_bounds([5.0], 1) == (5.0, 5.0)
 
 
 def test_a_candidate_that_fails_when_timed_again_cannot_win():

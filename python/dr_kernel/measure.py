@@ -67,7 +67,8 @@ class MeasureSettings:
     max_relerr: float = 2e-2    # Relative L2 error a correct config stays under.
     timeout_s: float = 120.0    # A config whose launch and timing take longer is killed.
     # After the search, the best `confirm` configs within `confirm_within` of the best are timed
-    # `confirm_rounds` more times each, in turns, and the lowest median wins (0 or 1: no re-timing).
+    # up to `confirm_rounds` more times each, in turns, and the lowest median wins (0 or 1: no
+    # re-timing; session.confirm_winner stops timing a candidate its rounds put out of reach).
     confirm: int = 3
     confirm_rounds: int = 3
     confirm_within: float = 0.10

@@ -696,11 +696,16 @@ def confirm_winner(history: Sequence[tuple[dict, dict, float]], remeasure: Calla
     `history` holds (config, measurement, seconds) of configs measured on their own (a config
     whose result was copied from another with the same binary would only time that one again).
     Candidates are its `candidates` fastest configs within `within` of the fastest. Each of
-    `rounds` rounds times every candidate once, the order rotating from round to round so that
-    none is always first after the pause; the winner has the lowest median over the rounds. A candidate that
-    fails a round (wrong results, a crash: a flaky kernel) is out: the winner must have run
-    correctly every time. If every candidate fails, the session's device is in trouble and the
-    first measurements stand (None).
+    `rounds` rounds times every candidate still in the running once, the order rotating from round
+    to round so that none is always first after the pause; the winner has the lowest median over
+    its rounds. A candidate that fails a round (wrong results, a crash: a flaky kernel) is out: the
+    winner must have run correctly every time. A candidate is also timed no more once its rounds so
+    far prove that its median cannot come under another's, whatever the rounds left would measure
+    (the least median its times allow is above the greatest another's allow: with three rounds,
+    after two, both its times above both of another's); once one candidate is left, the rounds
+    stop. The winner is the one all the rounds would have chosen from the same times; a kernel of
+    50 ms is then timed twice instead of three times where its rivals are clearly slower. If every
+    candidate fails, the session's device is in trouble and the first measurements stand (None).
     """
     measured = sorted(((m["ms"], c) for c, m, _ in history
                        if m["status"] == "ok" and math.isfinite(m["ms"])),
@@ -713,11 +718,20 @@ def confirm_winner(history: Sequence[tuple[dict, dict, float]], remeasure: Calla
             chosen.append(config)
     if len(chosen) < 2:
         return None
+    rounds = max(1, rounds)
     times: list[list[float]] = [[] for _ in chosen]
-    for r in range(max(1, rounds)):
-        order = [(r + i) % len(chosen) for i in range(len(chosen))]
+    running = list(range(len(chosen)))
+    for r in range(rounds):
+        order = [running[(r + i) % len(running)] for i in range(len(running))]
         for i, m in zip(order, remeasure([chosen[i] for i in order]), strict=True):
             times[i].append(float(m["ms"]) if m.get("status") == "ok" and m.get("ms") is not None else math.nan)
+        running = [i for i in running if all(math.isfinite(x) for x in times[i])]
+        if running:
+            bounds = {i: _median_bounds(times[i], rounds) for i in running}
+            least_greatest = min(high for _, high in bounds.values())
+            running = [i for i in running if bounds[i][0] <= least_greatest]
+        if len(running) <= 1:
+            break
     finished = [(statistics.median(t), i) for i, t in enumerate(times) if all(math.isfinite(x) for x in t)]
     if not finished:
         warnings.warn(f"none of the {len(chosen)} best configs ran correctly when timed again; the session's "
@@ -725,6 +739,20 @@ def confirm_winner(history: Sequence[tuple[dict, dict, float]], remeasure: Calla
         return None
     best_ms, best = min(finished)
     return chosen[best], best_ms, [(c, t) for c, t in zip(chosen, times, strict=True)]
+
+
+def _median_bounds(known: Sequence[float], total: int) -> tuple[float, float]:
+    """The least and the greatest value statistics.median can give for `total` measurements of
+    which `known` are measured, whatever the others turn out to be."""
+    known, unknown = sorted(known), total - len(known)
+
+    def kth(k: int) -> tuple[float, float]:  # The k-th smallest (from 1) of all `total`.
+        return (known[k - 1 - unknown] if k > unknown else -math.inf, known[k - 1] if k <= len(known) else math.inf)
+
+    if total % 2:
+        return kth((total + 1) // 2)
+    (low_a, high_a), (low_b, high_b) = kth(total // 2), kth(total // 2 + 1)
+    return (low_a + low_b) / 2, (high_a + high_b) / 2
 
 
 class _StoreWriter:
