@@ -23,16 +23,23 @@ RESULTS = Path(__file__).resolve().parent / "results"
 BINS = [(0.0, 0.01), (0.01, 0.02), (0.02, 0.03), (0.03, 0.05), (0.05, 0.10)]
 
 
-def challengers(paths):
-    """(first gap, confirmed gap, won, path) of every candidate but the first measurements' best."""
-    rows = []
+def confirmed_sessions(paths):
+    """(path, session) of every recorded gpu_bench.py session that timed at least two candidates again."""
     for path in paths:
         try:
             record = json.loads(Path(path).read_text())
         except (OSError, ValueError):
             continue
         session = record.get("dr_kernel") if isinstance(record, dict) else None
-        if not isinstance(session, dict) or len(session.get("confirmed") or []) < 2 or not session.get("history"):
+        if isinstance(session, dict) and len(session.get("confirmed") or []) >= 2:
+            yield path, session
+
+
+def challengers(paths):
+    """(first gap, confirmed gap, won, path) of every candidate but the first measurements' best."""
+    rows = []
+    for path, session in confirmed_sessions(paths):
+        if not session.get("history"):
             continue
         first = {}
         for trial in session["history"]:
@@ -64,15 +71,8 @@ def early_stop(paths):
     recorded = made = 0
     recorded_ms = made_ms = 0.0
     differ = 0
-    for path in paths:
-        try:
-            record = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            continue
-        session = record.get("dr_kernel") if isinstance(record, dict) else None
-        confirmed = (session or {}).get("confirmed") or []
-        if len(confirmed) < 2:
-            continue
+    for _, session in confirmed_sessions(paths):
+        confirmed = session["confirmed"]
         rounds = {json.dumps(c["config"], sort_keys=True): [math.nan if t is None else t for t in c["ms"]]
                   for c in confirmed}
         served = collections.Counter()
