@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, gluonattn, gluonmm, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, sweeps-mm-small-tma, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, gluonattn, gluonmm, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, sweeps-mm-small-tma, sweeps-mm-odd, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   LIB_AGENT=benchmarks/results/h100-2026-12-05c/agent-b7655e8 LIB_AGENT_MODES=dr bash benchmarks/device_run.sh library
@@ -225,6 +225,14 @@ for step in "$@"; do
       sweep matmul_3000x5000x1000_fp16_tma matmul M=3000,N=5000,K=1000 fp16 100 "$mt"
       sweep matmul_4096x128x4096_bf16_tma matmul M=4096,N=128,K=4096 bf16 100 "$mt"
       sweep matmul_128x4096x4096_fp16_tma matmul M=128,N=4096,K=4096 fp16 100 "$mt" ;;
+    sweeps-mm-odd)  # Issue 11's two matmul shapes below 0.8x cuBLAS, each space recorded whole: the persistent
+      # TMA kernel's tiles (TMA = 2, PERSISTENT_RULE) on 3000x5000x1000, which a live tuning searched in 13
+      # evaluations; and on 1000^3 (under two waves: no persistent kernel) the pointer kernel's middle tiles
+      # with and without a split of K. Each sweep's reference row is torch's (cuBLAS) time.
+      pt='{"BLOCK_M":[64,128,256],"BLOCK_N":[64,128,256],"BLOCK_K":[32,64,128],"GROUP_M":[1,8],"num_warps":[4,8],"num_stages":[2,3,4,5],"TMA":[2]}'
+      sw='{"BLOCK_M":[32,64,128],"BLOCK_N":[64,128],"BLOCK_K":[64,128],"GROUP_M":[8],"num_warps":[4,8],"num_stages":[2,3,4,5],"SPLIT_K":[1,2]}'
+      sweep matmul_3000x5000x1000_fp16_persistent matmul M=3000,N=5000,K=1000 fp16 "${ODD_LIMIT:-200}" "$pt"
+      sweep matmul_1000x1000x1000_fp16_split matmul M=1000,N=1000,K=1000 fp16 "${ODD_LIMIT:-200}" "$sw" ;;
     sweeps-small)  # The shared matmul.jsonl's two problems of 10-19 us, whose top configs its timing could not
       # rank (p80/p20 of 1.6 and 1.25 over their top 30; benchmarks/agent.md, "Two tables that cannot rank
       # their best"), again with the project's timer; their rows then replace those of matmul.jsonl.
