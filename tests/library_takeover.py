@@ -6,8 +6,8 @@ runs some of its ops in Triton's interpreter against torch. Prints one JSON obje
 
 liger-fla (the default): Liger-Kernel's and flash-linear-attention's (fla-core) ops, two of fla's run
 forward and backward. torchao: every torchao module, its INT8 GEMM (27 configs) run. cce: Cut
-Cross-Entropy (cut-cross-entropy) with CCE_AUTOTUNE=1, nothing run (its kernels call libdevice, which the
-interpreter lacks, tuned or not; benchmarks/library_bench.py runs them on the GPU)."""
+Cross-Entropy (cut-cross-entropy) with CCE_AUTOTUNE=1, nothing run (its kernels call libdevice,
+which the interpreter lacks, tuned or not; benchmarks/library_bench.py runs them on the GPU)."""
 
 import importlib
 import json
@@ -27,9 +27,10 @@ mode = sys.argv[1]
 library = sys.argv[2] if len(sys.argv) > 2 else "liger-fla"
 packages = {"liger-fla": ("liger_kernel.ops", "fla.ops", "fla.modules"), "torchao": ("torchao",),
             "cce": ("cut_cross_entropy",)}[library]
-# Cut Cross-Entropy decorates its kernels with triton.autotune only when asked to (else with fixed
-# configs under @triton.heuristics).
-os.environ["CCE_AUTOTUNE"] = "1"
+if library == "cce":
+    # Cut Cross-Entropy decorates its kernels with triton.autotune only when asked to (else with
+    # fixed configs under @triton.heuristics).
+    os.environ["CCE_AUTOTUNE"] = "1"
 decorated = []
 if mode == "count":
     stock = triton.runtime.autotuner.autotune
@@ -78,9 +79,7 @@ if mode == "ours" and library == "torchao":
     got = scaled_int8_mm_cuda(a, b, rows, cols)
     out["int8_mm"] = float((got.double() - ref).abs().max() / ref.abs().max())
     out["evaluations"] = _scaled_int8_mm_kernel.evaluations
-elif library == "cce":
-    pass
-elif mode in ("ours", "defer"):
+elif mode in ("ours", "defer") and library == "liger-fla":
     # Liger's autotuned kernels need the GPU (TMA descriptors) or libdevice, which the interpreter
     # lacks; fla's run there. Each result against torch's formula.
     from fla.modules.norm.layernorm import rms_norm

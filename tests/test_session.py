@@ -538,9 +538,9 @@ def test_the_best_configs_are_timed_again_and_the_lowest_median_wins(tmp_path):
     measure, store = Noisy(), open_store(tmp_path / "r.db")
     result = confirmed_session(measure, store, confirm=3, confirm_rounds=3)
     assert sorted(measure.calls[0][0]) == [0, 2, 6, 7] and result.evaluations == 5
-    # Within 10 % of the lucky 1.00: X=0, 2 and 6, each timed once per round without early stop.
-    # After two rounds both of X=6's times are under both of each rival's: no third round can
-    # change the medians' order, so there is none.
+    # Within 10 % of the lucky 1.00: X=0, 2 and 6, each timed once per round, in full (no best to
+    # stop its launches early against). After two rounds both of X=6's times are under both of each
+    # rival's: no third round can change the medians' order, so there is none.
     rounds = measure.calls[1:]
     assert [sorted(xs) for xs, _ in rounds] == [[0, 2, 6]] * 2 and all(b == math.inf for _, b in rounds)
     assert [xs[0] for xs, _ in rounds] == [0, 2]  # Turns rotate: none always goes first.

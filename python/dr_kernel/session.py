@@ -703,8 +703,8 @@ def confirm_winner(history: Sequence[tuple[dict, dict, float]], remeasure: Calla
     far prove that its median cannot come under another's, whatever the rounds left would measure
     (the least median its times allow is above the greatest another's allow: with three rounds,
     after two, both its times above both of another's); once one candidate is left, the rounds
-    stop. The winner is the one all the rounds would have chosen from the same times; a kernel of
-    50 ms is then timed twice instead of three times where its rivals are clearly slower. If every
+    stop. The winner is the one all the rounds would have chosen from the same times, and where
+    the rivals are clearly slower each candidate is timed twice instead of three times. If every
     candidate fails, the session's device is in trouble and the first measurements stand (None).
     """
     measured = sorted(((m["ms"], c) for c, m, _ in history
