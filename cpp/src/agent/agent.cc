@@ -73,11 +73,12 @@ Prior PriorFromModel(const CostModel* model, const Problem& problem, const Space
     // A family the model has rows of ranks well (leave-one-problem-out); one it has never seen is
     // predicted from the analytic estimate (and a share of what the trees learned elsewhere) or
     // from generic features alone, which may be far off.
+    const FeatureExtractor& features = model->FeaturesFor(problem);
     space.ForEach([&](const Config& c) {
-      const ModelInput input = model->Input(problem, space.Named(c));
+      const NamedValues named = space.Named(c);
+      const ModelInput input = model->Input(problem, named);
       prior.trust = input.family_seen ? kSeenFamilyTrust : kUnseenFamilyTrust;
-      if (!input.family_seen && !model->FeaturesFor(problem).Estimate(problem, space.Named(c)).known)
-        prior.trust = kUnknownKernelTrust;
+      if (!input.family_seen && !features.Estimate(problem, named).known) prior.trust = kUnknownKernelTrust;
       const auto p = model->Predict(input);
       const uint64_t i = space.Index(c);
       prior.log_ms[i] = p.log_ms;

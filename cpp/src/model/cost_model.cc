@@ -129,6 +129,12 @@ std::vector<double> CounterFeaturesOf(const NamedValues& counters) {
   return f;
 }
 
+// Inserts `s` into the sorted `v` unless it is there.
+void InsertSorted(std::vector<std::string>* v, const std::string& s) {
+  const auto it = std::lower_bound(v->begin(), v->end(), s);
+  if (it == v->end() || *it != s) v->insert(it, s);
+}
+
 }  // namespace
 
 const std::vector<std::string>& CounterFeatureNames() {
@@ -224,8 +230,7 @@ ModelInput CostModel::InputWith(const FeatureExtractor& fx, const Problem& probl
 }
 
 void CostModel::Add(const Problem& problem, const NamedValues& config, const Measurement& m, double weight) {
-  const auto it = std::lower_bound(trained_families_.begin(), trained_families_.end(), problem.family);
-  if (it == trained_families_.end() || *it != problem.family) trained_families_.insert(it, problem.family);
+  InsertSorted(&trained_families_, problem.family);
   AddRow(extractor_, problem, config, m, weight);
 }
 
@@ -235,8 +240,7 @@ void CostModel::AddRow(const FeatureExtractor& fx, const Problem& problem, const
   if (m.ok() && !(m.ms > 0)) return;
   const StaticFeatures st = StaticFeatures::From(m);
   const ModelInput in = InputWith(fx, problem, config, &st);
-  const auto it = std::lower_bound(families_.begin(), families_.end(), problem.family);
-  if (it == families_.end() || *it != problem.family) families_.insert(it, problem.family);
+  InsertSorted(&families_, problem.family);
   rows_.push_back({problem.family, in.log_offset, m.ok() ? std::log(m.ms) : kNaN, m.status, weight});
   time_x_.insert(time_x_.end(), in.time_features.begin(), in.time_features.end());
   failure_x_.insert(failure_x_.end(), in.failure_features.begin(), in.failure_features.end());
@@ -645,8 +649,7 @@ CostModel CostModel::Load(std::istream& in) {
   model.rows_.resize(num_rows);
   for (Row& r : model.rows_) {
     r.family = io::ReadString(in, "a training row");
-    const auto it = std::lower_bound(model.families_.begin(), model.families_.end(), r.family);
-    if (it == model.families_.end() || *it != r.family) model.families_.insert(it, r.family);
+    InsertSorted(&model.families_, r.family);
     r.log_offset = io::ReadF64(in, "a training row");
     r.log_ms = io::ReadF64(in, "a training row");
     const uint64_t s = io::ReadU64(in, "a training row");
