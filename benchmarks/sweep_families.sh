@@ -18,6 +18,9 @@
 # whose compiles or launches are slower than planned therefore loses its own later problems, not
 # another family's. Setting SWEEP_RESUME=<dir with earlier <family>.jsonl files> copies them into
 # $OUT first: the sweeps then skip every config already recorded and go on where they stopped.
+# SWEEP_ONLY="swiglu cumsum:rows=1001,cols=32000" runs only the sweeps named (a family, or a family
+# and its shape as written below), sparing each finished one its start (about 10 s);
+# SWEEP_CAPS="swiglu=150 fp8_matmul=120" replaces the per-family caps below.
 #
 # DRY_RUN=1 runs the same schedule on a CPU: every real problem is described and one config of it
 # compiled for the H200 (`dr-kernel evaluate`, static analysis only), then each sweep runs on a
@@ -54,6 +57,7 @@ elapsed() { echo $(( $(date +%s) - start )); }
 # problem, plus compiles (0.2-2 s each over 15 workers) and ~60 ms of timing per config.
 declare -A cap=([layernorm]=45 [layernorm_bwd]=50 [cross_entropy]=45 [swiglu]=55 [cumsum]=55
                 [grouped_matmul]=75 [fp8_matmul]=95)
+for kv in ${SWEEP_CAPS:-}; do cap[${kv%%=*}]=${kv#*=}; done
 declare -A used=()
 # Tiny shapes for the dry run, one per family.
 declare -A tiny=([layernorm]=rows=5,cols=300 [layernorm_bwd]=rows=7,cols=100 [cross_entropy]=tokens=9,vocab=1000
@@ -62,6 +66,9 @@ declare -A tiny=([layernorm]=rows=5,cols=300 [layernorm_bwd]=rows=7,cols=100 [cr
 
 sweep() {  # family shape precision
   local family=$1 shape=$2 precision=$3
+  if [ -n "${SWEEP_ONLY:-}" ] && [[ " $SWEEP_ONLY " != *" $family "* && " $SWEEP_ONLY " != *" $family:$shape "* ]]; then
+    return
+  fi
   local left_family=$(( ${cap[$family]} - ${used[$family]:-0} )) left_all=$(( budget - $(elapsed) ))
   local limit=$(( left_family < left_all ? left_family : left_all ))
   if [ "$limit" -lt 12 ]; then
