@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, gluonattn, gluonmm, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, sweeps-mm-small-tma, sweeps-mm-odd, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, gluonattn, gluonmm, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, sweeps-mm-small-tma, sweeps-mm-odd, sweeps-thin, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   LIB_AGENT=benchmarks/results/h100-2026-12-05c/agent-b7655e8 LIB_AGENT_MODES=dr bash benchmarks/device_run.sh library
@@ -225,6 +225,19 @@ for step in "$@"; do
       sweep matmul_3000x5000x1000_fp16_tma matmul M=3000,N=5000,K=1000 fp16 100 "$mt"
       sweep matmul_4096x128x4096_bf16_tma matmul M=4096,N=128,K=4096 bf16 100 "$mt"
       sweep matmul_128x4096x4096_fp16_tma matmul M=128,N=4096,K=4096 fp16 100 "$mt" ;;
+    sweeps-thin)  # New problems of the families whose problems the leave-one-problem-out replay fails on
+      # (issue 8: rmsnorm, causal attention, small-M FP8, layernorm_bwd): each has one or two other tables
+      # to learn from (benchmarks/agent.md); about 300 s on an H100.
+      sweep fp8_matmul_128x8192x4096_fp16 fp8_matmul M=128,N=8192,K=4096 fp16 60
+      sweep fp8_matmul_33x14336x4096_bf16 fp8_matmul M=33,N=14336,K=4096 bf16 60
+      sweep rmsnorm_8192x5120_bf16 rmsnorm rows=8192,cols=5120 bf16 50
+      sweep rmsnorm_2048x12288_fp16 rmsnorm rows=2048,cols=12288 fp16 50
+      sweep rmsnorm_1001x7168_bf16 rmsnorm rows=1001,cols=7168 bf16 50
+      sweep layernorm_bwd_4096x8192_fp16 layernorm_bwd rows=4096,cols=8192 fp16 40
+      sweep layernorm_bwd_1001x3072_bf16 layernorm_bwd rows=1001,cols=3072 bf16 40
+      sweep attention_1x16x2048x128_causal_bf16 attention Z=1,H=16,N_CTX=2048,HEAD_DIM=128,CAUSAL=true bf16 80
+      sweep attention_4x16x4096x128_causal_fp16 attention Z=4,H=16,N_CTX=4096,HEAD_DIM=128,CAUSAL=true fp16 80
+      sweep attention_2x16x4096x128_bf16 attention Z=2,H=16,N_CTX=4096,HEAD_DIM=128,CAUSAL=false bf16 80 ;;
     sweeps-mm-odd)  # Issue 11's two matmul shapes below 0.8x cuBLAS, each space recorded whole: the persistent
       # TMA kernel's tiles (TMA = 2, PERSISTENT_RULE) on 3000x5000x1000, which a live tuning searched in 13
       # evaluations; and on 1000^3 (under two waves: no persistent kernel) the pointer kernel's middle tiles

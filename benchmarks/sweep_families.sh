@@ -146,7 +146,7 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob("*.jsonl")):
         p = problems[(json.dumps(row["shape"]), row.get("dtype", "fp16"))]
         if row["type"] == "reference":
             p["ref"] = row["ms"]
-        else:
+        elif row["type"] == "measure":  # Not the space row, which has no status.
             p["statuses"][row["status"]] += 1
             if row["status"] == "ok" and (p["best"] is None or row["ms"] < p["best"]):
                 p["best"] = row["ms"]
