@@ -61,3 +61,33 @@ def test_a_table_of_the_h200_itself_is_refused_with_the_reason(tmp_path):
     result = run(str(table), "--repeats", "1")
     assert result.returncode != 0
     assert f"{table}: its rows name the device 'NVIDIA H200'; give tables recorded on another GPU" in result.stderr
+
+
+def test_bundled_h100_tables_are_whole_new_problems_listed_only_on_request():
+    from dr_kernel import bundled_tables
+    from dr_kernel.kernels import get
+
+    h200, every = bundled_tables(), bundled_tables(every_device=True)
+    assert every[:len(h200)] == h200 and all(p.parent.name == "h200" for p in h200)
+    others = every[len(h200):]
+    assert {p.parent.name for p in others} == {"h100"}
+    h200_problems = {(r["family"], json.dumps(r["shape"]), r.get("dtype", "fp16"))
+                     for p in h200 for r in rows_of(p) if r["type"] == "reference"}
+    seen = set()
+    for path in others:
+        rows = rows_of(path)
+        by_problem: dict = {}
+        for r in rows:
+            by_problem.setdefault((r["family"], json.dumps(r["shape"]), r.get("dtype", "fp16")), []).append(r)
+        for problem, problem_rows in by_problem.items():
+            refs = [r for r in problem_rows if r["type"] == "reference"]
+            measured = {json.dumps(r["config"], sort_keys=True) for r in problem_rows if r["type"] == "measure"}
+            assert [r["device"] for r in refs] == ["NVIDIA H100 80GB HBM3"], (path.name, problem)
+            # Every config of the family's space recorded once: a replay never meets a hole.
+            space = {json.dumps(c, sort_keys=True) for c in get(problem[0]).configs()}
+            assert measured == space, (path.name, problem, len(measured), len(space))
+            assert problem not in h200_problems, f"{path.name}: {problem} is an H200 table's twin"
+            assert problem not in seen, f"{path.name}: {problem} recorded twice"
+            seen.add(problem)
+    # Swiglu, the family no H200 table has, and a new shape of each family the problem holdout fails on.
+    assert {family for family, _, _ in seen} >= {"swiglu", "rmsnorm", "attention", "fp8_matmul", "layernorm_bwd"}

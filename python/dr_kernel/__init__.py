@@ -11,13 +11,18 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 
-# The recorded H200 tables that ship with the package (replay, tests, pre-training data).
+# The recorded tables that ship with the package (replay, tests, pre-training data): data/h200 holds
+# the H200's, on which the project's figures are measured; data/h100 problems recorded on an H100
+# only (none is an H200 table's twin), more data for training and held-out replays.
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
 
-def bundled_tables() -> list[Path]:
-    """Paths of every bundled recorded table, sorted by name."""
-    return sorted(DATA_DIR.glob("h200/*.jsonl"))
+def bundled_tables(every_device: bool = False) -> list[Path]:
+    """Paths of the bundled H200 tables, sorted by name; with `every_device`, the other GPUs' after them."""
+    h200 = sorted(DATA_DIR.glob("h200/*.jsonl"))
+    if not every_device:
+        return h200
+    return h200 + sorted(p for p in DATA_DIR.glob("*/*.jsonl") if p.parent.name != "h200")
 
 
 # The pre-trained agent (policy and cost model) behind the ppo strategy, built by `dr-kernel train`.
