@@ -12,6 +12,12 @@ search's (budget 300, 30 seeds: issue 8's bar).
     python benchmarks/lofo_options.py --agents /tmp/lofo_agents --json out.json refit=8 doubt_refit=4
     ONLY='matmul:"N": 1000,cumsum:bf16' python benchmarks/lofo_options.py ...   # a few problems only
     python benchmarks/lofo_options.py --holdout problem --agents /tmp/lopo_agents --random refit=8 doubt_refit=4
+
+With --every-device, the tables of other GPUs than the H200 (data/h100) join the training sets (held
+out with their family); with --replay-other-devices they are replayed too (with --holdout problem,
+one more agent each). The summary stays the H200 problems' (comparable with runs without them);
+theirs is printed apart under "other_devices". Agents trained with them differ from those trained
+without: give them a folder of their own.
 """
 
 import argparse
@@ -44,13 +50,19 @@ def main() -> None:
                              "(the held-out problem's too, as a session that profiled its probe first)")
     parser.add_argument("--train-alike", type=float,
                         help="the width of ppo's `alike` in the agents' simulated training (default: the recipe's)")
+    parser.add_argument("--every-device", action="store_true",
+                        help="train on the other GPUs' bundled tables too (data/h100)")
+    parser.add_argument("--replay-other-devices", action="store_true",
+                        help="with --every-device, replay the other GPUs' problems too")
     parser.add_argument("options", nargs="*", help="NAME=VALUE options of the strategy")
     args = parser.parse_args()
     options = {k: float(v) for k, v in (o.split("=", 1) for o in args.options)}
-    tables = _core.read_tables([str(t) for t in bundled_tables()])
+    tables = _core.read_tables([str(t) for t in bundled_tables(every_device=args.every_device)])
     only = [o.split(":", 1) for o in os.environ.get("ONLY", "").split(",") if o]
 
     def chosen(t) -> bool:
+        if "H200" not in t.problem["device"] and not args.replay_other_devices:
+            return False
         text = json.dumps(t.problem["shape"]) + t.problem.get("dtype", "")
         return not only or any(t.problem["family"] == family and part in text for family, part in only)
 
@@ -66,7 +78,8 @@ def main() -> None:
     medians, started = {}, time.time()
 
     def key_of(table, problem) -> str:
-        return f"{table.problem['family']} {json.dumps(problem['shape'])} {table.problem.get('dtype', '')}".strip()
+        key = f"{table.problem['family']} {json.dumps(problem['shape'])} {table.problem.get('dtype', '')}".strip()
+        return key if "H200" in table.problem["device"] else f"{key} ({table.problem['device']})"
 
     for held, load in groups:
         if not held:
@@ -78,12 +91,16 @@ def main() -> None:
     load_agent()
     # A problem never brought within 1.05x counts as one evaluation past the budget.
     counted = {k: v if v is not None else 101 for k, v in medians.items()}
-    values = list(counted.values())
+    h200 = {key_of(t, t.problem) for t in tables if "H200" in t.problem["device"]}  # The issue's problems.
+
+    def figures(values: list[float]) -> dict:
+        return {"problems": len(values), "geomean": math.exp(sum(map(math.log, values)) / len(values)),
+                "over_10": sum(v > 10 for v in values), "over_15": sum(v > 15 for v in values), "worst": max(values)}
+
     summary = {"options": options, "strategy": args.strategy, "holdout": args.holdout, "counters": args.counters,
-               "problems": len(values),
-               "geomean": math.exp(sum(map(math.log, values)) / len(values)),
-               "over_10": sum(v > 10 for v in values), "over_15": sum(v > 15 for v in values),
-               "worst": max(values)}
+               **figures([v for k, v in counted.items() if k in h200])}
+    if others := {k: v for k, v in counted.items() if k not in h200}:
+        summary["other_devices"] = {**figures(list(others.values())), "medians": others}
     if args.random:
         # Random search does not learn, so one replay of every chosen table serves any holdout.
         held = [t for t in tables if chosen(t)]
