@@ -54,10 +54,13 @@ def main() -> None:
                         help="train on the other GPUs' bundled tables too (data/h100)")
     parser.add_argument("--replay-other-devices", action="store_true",
                         help="with --every-device, replay the other GPUs' problems too")
+    parser.add_argument("--drop-other", metavar="FAMILY", action="append", default=[],
+                        help="with --every-device, leave that family's other-GPU tables out (repeatable)")
     parser.add_argument("options", nargs="*", help="NAME=VALUE options of the strategy")
     args = parser.parse_args()
     options = {k: float(v) for k, v in (o.split("=", 1) for o in args.options)}
-    tables = _core.read_tables([str(t) for t in bundled_tables(every_device=args.every_device)])
+    tables = [t for t in _core.read_tables([str(t) for t in bundled_tables(every_device=args.every_device)])
+              if "H200" in t.problem["device"] or t.problem["family"] not in args.drop_other]
     only = [o.split(":", 1) for o in os.environ.get("ONLY", "").split(",") if o]
 
     def chosen(t) -> bool:
