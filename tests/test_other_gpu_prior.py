@@ -81,7 +81,9 @@ def test_bundled_h100_tables_are_whole_new_problems_listed_only_on_request():
             by_problem.setdefault((r["family"], json.dumps(r["shape"]), r.get("dtype", "fp16")), []).append(r)
         for problem, problem_rows in by_problem.items():
             refs = [r for r in problem_rows if r["type"] == "reference"]
-            measured = {json.dumps(r["config"], sort_keys=True) for r in problem_rows if r["type"] == "measure"}
+            configs = [json.dumps(r["config"], sort_keys=True) for r in problem_rows if r["type"] == "measure"]
+            measured = set(configs)
+            assert len(configs) == len(measured), (path.name, problem, "a config recorded twice")
             assert [r["device"] for r in refs] == ["NVIDIA H100 80GB HBM3"], (path.name, problem)
             # Every config of the family's space recorded once: a replay never meets a hole.
             space = {json.dumps(c, sort_keys=True) for c in get(problem[0]).configs()}
