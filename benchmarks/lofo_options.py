@@ -59,12 +59,16 @@ def main() -> None:
     parser.add_argument("options", nargs="*", help="NAME=VALUE options of the strategy")
     args = parser.parse_args()
     options = {k: float(v) for k, v in (o.split("=", 1) for o in args.options)}
+
+    def on_h200(table) -> bool:  # The issue's problems; the others are other GPUs' (--every-device).
+        return "H200" in table.problem["device"]
+
     tables = [t for t in _core.read_tables([str(t) for t in bundled_tables(every_device=args.every_device)])
-              if "H200" in t.problem["device"] or t.problem["family"] not in args.drop_other]
+              if on_h200(t) or t.problem["family"] not in args.drop_other]
     only = [o.split(":", 1) for o in os.environ.get("ONLY", "").split(",") if o]
 
     def chosen(t) -> bool:
-        if "H200" not in t.problem["device"] and not args.replay_other_devices:
+        if not on_h200(t) and not args.replay_other_devices:
             return False
         text = json.dumps(t.problem["shape"]) + t.problem.get("dtype", "")
         return not only or any(t.problem["family"] == family and part in text for family, part in only)
@@ -82,7 +86,7 @@ def main() -> None:
 
     def key_of(table, problem) -> str:
         key = f"{table.problem['family']} {json.dumps(problem['shape'])} {table.problem.get('dtype', '')}".strip()
-        return key if "H200" in table.problem["device"] else f"{key} ({table.problem['device']})"
+        return key if on_h200(table) else f"{key} ({table.problem['device']})"
 
     for held, load in groups:
         if not held:
@@ -94,7 +98,7 @@ def main() -> None:
     load_agent()
     # A problem never brought within 1.05x counts as one evaluation past the budget.
     counted = {k: v if v is not None else 101 for k, v in medians.items()}
-    h200 = {key_of(t, t.problem) for t in tables if "H200" in t.problem["device"]}  # The issue's problems.
+    h200 = {key_of(t, t.problem) for t in tables if on_h200(t)}
 
     def figures(values: list[float]) -> dict:
         return {"problems": len(values), "geomean": math.exp(sum(map(math.log, values)) / len(values)),
