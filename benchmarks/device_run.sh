@@ -3,7 +3,7 @@
 # steps named on the command line, each under its own time limit, and pack everything measured
 # into $OUT/results.tgz (the device returns at most 8 files), even when a step runs out of time.
 #
-#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, gluonattn, gluonmm, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, sweeps-mm-small-tma, sweeps-mm-odd, sweeps-thin, workerstart, shipped
+#   bash benchmarks/device_run.sh bench sweeps-a      # steps: bench, defer, determinism, faults, gluonattn, gluonmm, library, ncu, ncuprobes, ops, opsprofile, optprofile, persistent, profile, retune, retune-bg, tunemany, splitk, streamk, sweeps-a, sweeps-b, sweeps-rows, sweeps-other-gpu, sweeps-other-gpu-more, sweeps-small, sweeps-tma, sweeps-tma2, sweeps-mm-tma, sweeps-mm-small-tma, sweeps-mm-odd, sweeps-thin, workerstart, shipped
 #   LIB_MODES=stock,dr LIB_PROFILE=1 bash benchmarks/device_run.sh library
 #   LIB_OPS=ao_int8_linear,ao_fp8_blockwise_linear LIB_MODES=floor,stock,dr bash benchmarks/device_run.sh library
 #   LIB_AGENT=benchmarks/results/h100-2026-12-05c/agent-b7655e8 LIB_AGENT_MODES=dr bash benchmarks/device_run.sh library
@@ -123,6 +123,12 @@ for step in "$@"; do
       timeout -k 10 "${PERSISTENT_TIMEOUT:-420}" python3 benchmarks/persistent_probe.py --out "$work/persistent" \
         ${PERSISTENT_VARIANTS:+--variants "$PERSISTENT_VARIANTS"} > "$work/persistent.log" 2>&1
       echo "persistent: rc $? after $(elapsed) s"; grep -v Warning "$work/persistent.log" | tail -40
+      pack ;;
+    streamk)  # Issue 11: the stream-K probe (benchmarks/streamk_probe.py) against the built-in, persistent TMA
+      # kernel and cuBLAS on the two shapes below 0.8x and their neighbours; rows kept per problem.
+      timeout -k 10 "${STREAMK_TIMEOUT:-300}" python3 benchmarks/streamk_probe.py --out "$work/streamk" \
+        ${STREAMK_PROBLEMS:+--problems "$STREAMK_PROBLEMS"} > "$work/streamk.log" 2>&1
+      echo "streamk: rc $? after $(elapsed) s"; grep -v Warning "$work/streamk.log" | grep -E '"best_ms"|Error|error' | tail -40
       pack ;;
     gluonattn)  # Issue 11: attention's warp-specialised Gluon configs (TMA 3 and 4) against SDPA and the TMA kernel.
       # A pipeline that deadlocks hangs its launch (the log names the config launched last): one
