@@ -125,6 +125,23 @@ def matmul_streamk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, counts_ptr, M, N, K, prog
         cur = seg
 
 
+def compile_for_sm90(config, dtype: str = "fp16"):
+    """matmul_streamk_kernel compiled for sm_90 without a GPU, for a (BLOCK_M, BLOCK_N, BLOCK_K,
+    num_warps, num_stages) tile: what a device session would otherwise find out first."""
+    from dr_kernel.analysis import compile_kernel
+
+    bm, bn, bk, warps, stages = config
+    pointer = f"*{dtype}"
+    signature = {"a_ptr": pointer, "b_ptr": pointer, "c_ptr": pointer, "ws_ptr": "*fp32", "counts_ptr": "*i32",
+                 "M": "i32", "N": "i32", "K": "i32", "programs": "i32", "dp_tiles": "i32",
+                 **{name: "constexpr" for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_HALVES")}}
+    constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "EPILOGUE_HALVES": 2 if bn >= 128 else 1}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
+    compiled, _ = compile_kernel(matmul_streamk_kernel, signature, constexprs, attrs,
+                                 {"num_warps": warps, "num_stages": stages})
+    return compiled
+
+
 _WORKSPACE = {}
 
 
