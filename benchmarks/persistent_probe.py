@@ -101,12 +101,18 @@ def tma_persistent(a, b, c, config, programs, halves: int, flatten: bool):
                                        EPILOGUE_HALVES=halves, FLATTEN=flatten, num_warps=warps, num_stages=stages)
 
 
+def launch_built_in(matmul, a, b, c, config, tma: int = 0) -> None:
+    """The matmul family's launch of a (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) tile,
+    GROUP_M 8, with that TMA value."""
+    bm, bn, bk, warps, stages = config
+    matmul.launch({"a": a, "b": b, "c": c}, {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+                                              "num_warps": warps, "num_stages": stages, "TMA": tma})
+
+
 def _launcher(matmul, variant: str, programs: int):
     """(a, b, c, config) -> launches the variant's kernel with the tile config."""
     def built_in(a, b, c, config, tma=0):
-        bm, bn, bk, warps, stages = config
-        matmul.launch({"a": a, "b": b, "c": c}, {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
-                                                  "num_warps": warps, "num_stages": stages, "TMA": tma})
+        launch_built_in(matmul, a, b, c, config, tma)
 
     return {
         "built_in": built_in,
@@ -123,20 +129,67 @@ def _bench(fn, *args) -> float:
     return triton.testing.do_bench(lambda: fn(*args), return_mode="median")
 
 
-def _measure(launch, a, b, expected, config, timed: bool) -> dict:
-    """One variant on one tile config: its error against fp32, then its time."""
+def _relerr(c, expected) -> float:
+    return ((c.float() - expected).norm() / expected.norm()).item()
+
+
+def _measure(launch, a, b, expected, config, timed: bool, again: bool = False) -> dict:
+    """One variant on one tile config: its error against fp32, then its time; with `again`, its
+    error once more after the timed launches (`relerr_after`: state a kernel keeps between launches,
+    such as streamk_probe.py's workspace, left as the next launch needs it)."""
     import torch
 
     c = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device, dtype=a.dtype)
     entry = {"config": config}
     try:
         launch(a, b, c, config)
-        entry["relerr"] = ((c.float() - expected).norm() / expected.norm()).item()
+        entry["relerr"] = _relerr(c, expected)
         if timed:
             entry["ms"] = _bench(launch, a, b, c, config)
+            if again:
+                launch(a, b, c, config)
+                entry["relerr_after"] = _relerr(c, expected)
     except Exception as e:  # noqa: BLE001 -- a config that fails is a row, not the end.
         entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
     return entry
+
+
+def measure_problems(problems, tiles, variants, launcher, device: str, programs: int, out: Path, timed: bool,
+                     again: bool = False, extra=None) -> list[dict]:
+    """Every variant (launcher(variant) -> launch) on every tile of every problem, each checked
+    against fp32 and (when `timed`) timed beside torch.matmul; `extra(row, a, b)` adds a problem's
+    own checks to its row. Rows are written to `out` as each problem ends (a call cut short keeps
+    what it measured), and each variant's best printed at the end."""
+    import torch
+    from dr_kernel.kernels.base import torch_dtype
+
+    rows = []
+    for M, N, K, dtype in problems:
+        a = torch.randn(M, K, device=device, dtype=torch_dtype(dtype))
+        b = torch.randn(K, N, device=device, dtype=torch_dtype(dtype))
+        expected = torch.matmul(a.float(), b.float())
+        row = {"M": M, "N": N, "K": K, "dtype": dtype, "programs": programs, "configs": []}
+        if timed:
+            row["torch_ms"] = _bench(torch.matmul, a, b)
+            row["torch_relerr"] = _relerr(torch.matmul(a, b), expected)
+        for variant in variants:
+            for config in tiles:
+                entry = {"variant": variant, **_measure(launcher(variant), a, b, expected, config, timed, again)}
+                row["configs"].append(entry)
+                print(json.dumps({"problem": (M, N, K, dtype), **entry}), flush=True)
+        if extra:
+            extra(row, a, b)
+        rows.append(row)
+        out.write_text(json.dumps(rows, indent=1))
+    for row in rows:  # Best ms per variant against torch's.
+        best = {v: min((e["ms"] for e in row["configs"] if e["variant"] == v and "ms" in e), default=None)
+                for v in variants}
+        torch_ms = row.get("torch_ms")
+        print(json.dumps({"problem": (row["M"], row["N"], row["K"], row["dtype"]), "torch_ms": torch_ms,
+                          "best_ms": best, "of_cublas": {v: torch_ms / ms for v, ms in best.items() if ms and torch_ms},
+                          **{k: v for k, v in row.items() if k.endswith("_relerr") and k != "torch_relerr"}}),
+              flush=True)
+    return rows
 
 
 def main() -> int:
@@ -148,35 +201,14 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
     from dr_kernel import kernels
-    from dr_kernel.kernels.base import torch_dtype
 
     matmul = kernels.get("matmul")
     device = "cpu" if args.interpret else "cuda"
     problems = [(40, 72, 48, "fp16"), (33, 40, 64, "fp16")] if args.interpret else PROBLEMS
     tiles = [(16, 32, 16, 4, 2)] if args.interpret else TILES
     programs = 3 if args.interpret else torch.cuda.get_device_properties(0).multi_processor_count
-    variants = args.variants.split(",")
-    rows = []
-    for M, N, K, dtype in problems:
-        a = torch.randn(M, K, device=device, dtype=torch_dtype(dtype))
-        b = torch.randn(K, N, device=device, dtype=torch_dtype(dtype))
-        expected = torch.matmul(a.float(), b.float())
-        row = {"M": M, "N": N, "K": K, "dtype": dtype, "programs": programs, "configs": []}
-        if not args.interpret:
-            row["torch_ms"] = _bench(torch.matmul, a, b)
-        for variant in variants:
-            for config in tiles:
-                entry = {"variant": variant, **_measure(_launcher(matmul, variant, programs), a, b, expected,
-                                                        config, timed=not args.interpret)}
-                row["configs"].append(entry)
-                print(json.dumps({"problem": (M, N, K, dtype), **entry}), flush=True)
-        rows.append(row)
-        (args.out / "persistent.json").write_text(json.dumps(rows, indent=1))  # Each problem kept as it ends.
-    for row in rows:  # Best ms per variant, and torch's.
-        best = {v: min((e["ms"] for e in row["configs"] if e["variant"] == v and "ms" in e), default=None)
-                for v in variants}
-        print(json.dumps({"problem": (row["M"], row["N"], row["K"], row["dtype"]), "torch_ms": row.get("torch_ms"),
-                          "best_ms": best}), flush=True)
+    measure_problems(problems, tiles, args.variants.split(","), lambda v: _launcher(matmul, v, programs), device,
+                     programs, args.out / "persistent.json", timed=not args.interpret)
     return 0
 
 

@@ -25,7 +25,6 @@ workspace's reset between launches is what those check).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -37,6 +36,7 @@ if "--interpret" in sys.argv:  # Before Triton decorates anything.
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from dr_kernel.kernels.matmul import _grouped_tile  # noqa: E402
+from persistent_probe import _relerr, launch_built_in, measure_problems  # noqa: E402
 
 PROBLEMS = [  # (M, N, K, dtype): the two below 0.8x, small and short-K neighbours, deep K, a control.
     (1000, 1000, 1000, "fp16"), (3000, 5000, 1000, "fp16"), (1024, 1024, 1024, "fp16"),
@@ -185,9 +185,7 @@ def streamk(a, b, c, config, programs, dp_tiles=None):
 def _launcher(matmul, variant: str, programs: int):
     """(a, b, c, config) -> launches the variant's kernel with the tile config."""
     def built_in(a, b, c, config, tma=0):
-        bm, bn, bk, warps, stages = config
-        matmul.launch({"a": a, "b": b, "c": c}, {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
-                                                  "num_warps": warps, "num_stages": stages, "TMA": tma})
+        launch_built_in(matmul, a, b, c, config, tma)
 
     return {
         "built_in": built_in,
@@ -195,32 +193,6 @@ def _launcher(matmul, variant: str, programs: int):
         "streamk": lambda a, b, c, config: streamk(a, b, c, config, programs),
         "streamk_all": lambda a, b, c, config: streamk(a, b, c, config, programs, dp_tiles=0),
     }[variant]
-
-
-def _bench(fn, *args) -> float:
-    return triton.testing.do_bench(lambda: fn(*args), return_mode="median")
-
-
-def _relerr(c, expected) -> float:
-    return ((c.float() - expected).norm() / expected.norm()).item()
-
-
-def _measure(launch, a, b, expected, config, timed: bool) -> dict:
-    """One variant on one tile config: its error against fp32, then its time."""
-    import torch
-
-    c = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device, dtype=a.dtype)
-    entry = {"config": config}
-    try:
-        launch(a, b, c, config)
-        entry["relerr"] = _relerr(c, expected)
-        if timed:
-            entry["ms"] = _bench(launch, a, b, c, config)
-            launch(a, b, c, config)
-            entry["relerr_after"] = _relerr(c, expected)  # The workspace came back to zeros after each.
-    except Exception as e:  # noqa: BLE001 -- a config that fails is a row, not the end.
-        entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-    return entry
 
 
 def main() -> int:
@@ -233,7 +205,6 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
     from dr_kernel import kernels
-    from dr_kernel.kernels.base import torch_dtype
 
     matmul = kernels.get("matmul")
     device = "cpu" if args.interpret else "cuda"
@@ -242,38 +213,18 @@ def main() -> int:
         problems = [(int(m), int(n), int(k), d) for m, n, k, d in (s.split(",") for s in args.problems.split(";"))]
     tiles = [(16, 32, 16, 4, 2), (32, 32, 16, 4, 2)] if args.interpret else TILES
     programs = 5 if args.interpret else torch.cuda.get_device_properties(0).multi_processor_count
-    variants = args.variants.split(",")
-    rows = []
-    for M, N, K, dtype in problems:
-        a = torch.randn(M, K, device=device, dtype=torch_dtype(dtype))
-        b = torch.randn(K, N, device=device, dtype=torch_dtype(dtype))
-        expected = torch.matmul(a.float(), b.float())
-        row = {"M": M, "N": N, "K": K, "dtype": dtype, "programs": programs, "configs": []}
-        if not args.interpret:
-            row["torch_ms"] = _bench(torch.matmul, a, b)
-            row["torch_relerr"] = _relerr(torch.matmul(a, b), expected)
-        for variant in variants:
-            for config in tiles:
-                entry = {"variant": variant, **_measure(_launcher(matmul, variant, programs), a, b, expected,
-                                                        config, timed=not args.interpret)}
-                row["configs"].append(entry)
-                print(json.dumps({"problem": (M, N, K, dtype), **entry}), flush=True)
-        worst = 0.0  # Fresh inputs, the stream-K kernel again and again on the first tile.
+
+    def repeats(row, a, b):  # Fresh inputs, the stream-K kernel again and again on the first tile.
+        worst = 0.0
         for _ in range(3 if args.interpret else 20):
             a2, b2 = torch.randn_like(a), torch.randn_like(b)
-            c2 = torch.full((M, N), float("nan"), device=device, dtype=a.dtype)
+            c2 = torch.full((a.shape[0], b.shape[1]), float("nan"), device=device, dtype=a.dtype)
             streamk(a2, b2, c2, tiles[0], programs)
             worst = max(worst, _relerr(c2, torch.matmul(a2.float(), b2.float())))
         row["streamk_repeat_worst_relerr"] = worst
-        rows.append(row)
-        (args.out / "streamk.json").write_text(json.dumps(rows, indent=1))  # Each problem kept as it ends.
-    for row in rows:  # Best ms per variant, and torch's.
-        best = {v: min((e["ms"] for e in row["configs"] if e["variant"] == v and "ms" in e), default=None)
-                for v in variants}
-        torch_ms = row.get("torch_ms")
-        print(json.dumps({"problem": (row["M"], row["N"], row["K"], row["dtype"]), "torch_ms": torch_ms,
-                          "best_ms": best, "of_cublas": {v: torch_ms / ms for v, ms in best.items() if ms and torch_ms},
-                          "repeat_relerr": row["streamk_repeat_worst_relerr"]}), flush=True)
+
+    measure_problems(problems, tiles, args.variants.split(","), lambda v: _launcher(matmul, v, programs), device,
+                     programs, args.out / "streamk.json", timed=not args.interpret, again=True, extra=repeats)
     return 0
 
 
