@@ -21,6 +21,7 @@ rows decide whether the variants are worth the search's time.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -111,9 +112,7 @@ def launch_built_in(matmul, a, b, c, config, tma: int = 0) -> None:
 
 def _launcher(matmul, variant: str, programs: int):
     """(a, b, c, config) -> launches the variant's kernel with the tile config."""
-    def built_in(a, b, c, config, tma=0):
-        launch_built_in(matmul, a, b, c, config, tma)
-
+    built_in = functools.partial(launch_built_in, matmul)
     return {
         "built_in": built_in,
         "pointer_persistent": lambda a, b, c, config: persistent(a, b, c, config, programs),

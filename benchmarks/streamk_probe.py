@@ -25,6 +25,7 @@ workspace's reset between launches is what those check).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -135,11 +136,16 @@ def compile_for_sm90(config, dtype: str = "fp16"):
     signature = {"a_ptr": pointer, "b_ptr": pointer, "c_ptr": pointer, "ws_ptr": "*fp32", "counts_ptr": "*i32",
                  "M": "i32", "N": "i32", "K": "i32", "programs": "i32", "dp_tiles": "i32",
                  **{name: "constexpr" for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_HALVES")}}
-    constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "EPILOGUE_HALVES": 2 if bn >= 128 else 1}
+    constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "EPILOGUE_HALVES": _halves(bn)}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
     compiled, _ = compile_kernel(matmul_streamk_kernel, signature, constexprs, attrs,
                                  {"num_warps": warps, "num_stages": stages})
     return compiled
+
+
+def _halves(block_n: int) -> int:
+    """EPILOGUE_HALVES for a tile BLOCK_N wide: C stored in two halves from 128 columns on."""
+    return 2 if block_n >= 128 else 1
 
 
 _WORKSPACE = {}
@@ -176,17 +182,14 @@ def streamk(a, b, c, config, programs, dp_tiles=None):
     dp = streamk_split(tiles, programs) if dp_tiles is None else dp_tiles
     ws, counts = _workspace(a.device, (tiles - dp) * bm * bn, tiles - dp)
     ensure_allocator()
-    halves = 2 if bn >= 128 else 1
     matmul_streamk_kernel[(programs,)](a, b, c, ws, counts, M, N, K, programs, dp, BLOCK_M=bm, BLOCK_N=bn,
-                                       BLOCK_K=bk, GROUP_M=8, EPILOGUE_HALVES=halves, num_warps=warps,
+                                       BLOCK_K=bk, GROUP_M=8, EPILOGUE_HALVES=_halves(bn), num_warps=warps,
                                        num_stages=stages)
 
 
 def _launcher(matmul, variant: str, programs: int):
     """(a, b, c, config) -> launches the variant's kernel with the tile config."""
-    def built_in(a, b, c, config, tma=0):
-        launch_built_in(matmul, a, b, c, config, tma)
-
+    built_in = functools.partial(launch_built_in, matmul)
     return {
         "built_in": built_in,
         "tma_persistent": lambda a, b, c, config: built_in(a, b, c, config, tma=2),
