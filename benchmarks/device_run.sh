@@ -120,8 +120,10 @@ for step in "$@"; do
       pack ;;
     persistent)  # Issue 11: persistent tile schedules (pointer loads; TMA, C whole or in halves, flattened or
       # not) and the TMA kernel against the built-in matmul and cuBLAS, same tiles; rows kept per problem.
+      # PERSISTENT_VARIANTS, PERSISTENT_PROBLEMS and PERSISTENT_TILES narrow it (the probe's --variants, --problems, --tiles).
       timeout -k 10 "${PERSISTENT_TIMEOUT:-420}" python3 benchmarks/persistent_probe.py --out "$work/persistent" \
-        ${PERSISTENT_VARIANTS:+--variants "$PERSISTENT_VARIANTS"} > "$work/persistent.log" 2>&1
+        ${PERSISTENT_VARIANTS:+--variants "$PERSISTENT_VARIANTS"} ${PERSISTENT_PROBLEMS:+--problems "$PERSISTENT_PROBLEMS"} \
+        ${PERSISTENT_TILES:+--tiles "$PERSISTENT_TILES"} > "$work/persistent.log" 2>&1
       echo "persistent: rc $? after $(elapsed) s"; grep -v Warning "$work/persistent.log" | tail -40
       pack ;;
     streamk)  # Issue 11: the stream-K probe (benchmarks/streamk_probe.py) against the built-in, persistent TMA

@@ -8,10 +8,17 @@ variants of it, and torch.matmul (cuBLAS):
 - `tma`: matmul_tma_kernel (TMA = 1), one program per tile, A, B and C behind tensor descriptors;
 - `tma_persistent`, `tma_persistent_halves`, `tma_persistent_halves_unflattened`:
   matmul_tma_persistent_kernel with C stored whole or in two halves, with and without the tile
-  loop flattened into the K loop.
+  loop flattened into the K loop;
+- `tma_persistent_ws`: the same kernel, C whole, its tile loop warp-specialised
+  (`WARP_SPECIALIZE`): on sm_90 with 4 warps Triton 3.6 splits it into a producer partition that
+  issues the TMA copies and two 4-warp consumer partitions of 232 registers that run the wgmma
+  products and the epilogue, so one tile's store overlaps the next tile's products (12 warps in
+  all; with 8 warps, or C in halves, the loop stays as it was or does not compile).
 
     python benchmarks/persistent_probe.py --out DIR            # on the GPU
     python benchmarks/persistent_probe.py --out DIR --interpret  # the kernels' results on the CPU
+    python benchmarks/persistent_probe.py --out DIR --variants built_in,tma_persistent_ws \
+        --problems "1000,1000,1000,fp16;3000,5000,1000,fp16" --tiles "128,256,64,4,3;128,128,64,4,4"
 
 Times are do_bench medians (L2 cleared before each launch); every variant's result is checked
 against torch's in fp32 first (`relerr`), and a variant that fails is a row with its error. The
@@ -44,7 +51,7 @@ TILES = [  # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages
     (128, 128, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (64, 128, 64, 4, 4),
 ]
 VARIANTS = ["built_in", "pointer_persistent", "tma", "tma_persistent", "tma_persistent_halves",
-            "tma_persistent_halves_unflattened"]
+            "tma_persistent_halves_unflattened", "tma_persistent_ws"]
 
 
 @triton.jit
@@ -89,7 +96,7 @@ def persistent(a, b, c, config, programs):
                                    num_warps=warps, num_stages=stages)
 
 
-def tma_persistent(a, b, c, config, programs, halves: int, flatten: bool):
+def tma_persistent(a, b, c, config, programs, halves: int, flatten: bool, warp_specialize: bool = False):
     from dr_kernel.kernels.base import cdiv, ensure_allocator
     from dr_kernel.kernels.matmul import matmul_tma_persistent_kernel
 
@@ -99,7 +106,8 @@ def tma_persistent(a, b, c, config, programs, halves: int, flatten: bool):
     grid = (min(programs, cdiv(M, bm) * cdiv(N, bn)),)
     ensure_allocator()
     matmul_tma_persistent_kernel[grid](a, b, c, M, N, K, grid[0], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
-                                       EPILOGUE_HALVES=halves, FLATTEN=flatten, num_warps=warps, num_stages=stages)
+                                       EPILOGUE_HALVES=halves, FLATTEN=flatten, WARP_SPECIALIZE=warp_specialize,
+                                       num_warps=warps, num_stages=stages)
 
 
 def launch_built_in(matmul, a, b, c, config, tma: int = 0) -> None:
@@ -121,6 +129,7 @@ def _launcher(matmul, variant: str, programs: int):
         "tma_persistent_halves": lambda a, b, c, config: tma_persistent(a, b, c, config, programs, 2, True),
         "tma_persistent_halves_unflattened": lambda a, b, c, config: tma_persistent(a, b, c, config, programs, 2,
                                                                                     False),
+        "tma_persistent_ws": lambda a, b, c, config: tma_persistent(a, b, c, config, programs, 1, False, True),
     }[variant]
 
 
@@ -191,11 +200,38 @@ def measure_problems(problems, tiles, variants, launcher, device: str, programs:
     return rows
 
 
+def add_selection(p: argparse.ArgumentParser, variants: list[str]) -> None:
+    """The probes' options that pick what a call measures: variants, problems and tiles."""
+    p.add_argument("--variants", default=",".join(variants), help=f"of {', '.join(variants)}")
+    p.add_argument("--problems", type=_problems, help="M,N,K,dtype;... instead of the built-in list")
+    p.add_argument("--tiles", type=_tiles, help="BLOCK_M,BLOCK_N,BLOCK_K,num_warps,num_stages;... instead of the "
+                                                "built-in list")
+
+
+def _problems(text: str) -> list[tuple]:
+    try:
+        return [(int(m), int(n), int(k), d) for m, n, k, d in (s.split(",") for s in text.split(";"))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give problems as M,N,K,dtype;... (e.g. 1000,1000,1000,fp16)") from None
+
+
+def _tiles(text: str) -> list[tuple]:
+    try:
+        tiles = [tuple(int(v) for v in s.split(",")) for s in text.split(";")]
+    except ValueError:
+        tiles = []
+    if not tiles or any(len(t) != 5 for t in tiles):
+        raise argparse.ArgumentTypeError(f"{text!r}: give tiles as BLOCK_M,BLOCK_N,BLOCK_K,num_warps,num_stages;... "
+                                         "(e.g. 128,128,64,4,4)")
+    return tiles
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--interpret", action="store_true", help="small problems on the CPU, results only")
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
+    add_selection(p, VARIANTS)
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -203,8 +239,8 @@ def main() -> int:
 
     matmul = kernels.get("matmul")
     device = "cpu" if args.interpret else "cuda"
-    problems = [(40, 72, 48, "fp16"), (33, 40, 64, "fp16")] if args.interpret else PROBLEMS
-    tiles = [(16, 32, 16, 4, 2)] if args.interpret else TILES
+    problems = args.problems or ([(40, 72, 48, "fp16"), (33, 40, 64, "fp16")] if args.interpret else PROBLEMS)
+    tiles = args.tiles or ([(16, 32, 16, 4, 2)] if args.interpret else TILES)
     programs = 3 if args.interpret else torch.cuda.get_device_properties(0).multi_processor_count
     measure_problems(problems, tiles, args.variants.split(","), lambda v: _launcher(matmul, v, programs), device,
                      programs, args.out / "persistent.json", timed=not args.interpret)

@@ -37,7 +37,7 @@ if "--interpret" in sys.argv:  # Before Triton decorates anything.
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from dr_kernel.kernels.matmul import _grouped_tile  # noqa: E402
-from persistent_probe import _relerr, launch_built_in, measure_problems  # noqa: E402
+from persistent_probe import _relerr, add_selection, launch_built_in, measure_problems  # noqa: E402
 
 PROBLEMS = [  # (M, N, K, dtype): the two below 0.8x, small and short-K neighbours, deep K, a control.
     (1000, 1000, 1000, "fp16"), (3000, 5000, 1000, "fp16"), (1024, 1024, 1024, "fp16"),
@@ -202,8 +202,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--interpret", action="store_true", help="small problems on the CPU, results only")
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
-    p.add_argument("--problems", help="M,N,K,dtype;... instead of the built-in list")
+    add_selection(p, VARIANTS)
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -211,10 +210,9 @@ def main() -> int:
 
     matmul = kernels.get("matmul")
     device = "cpu" if args.interpret else "cuda"
-    problems = [(40, 72, 48, "fp16"), (33, 40, 64, "fp16"), (70, 96, 80, "fp16")] if args.interpret else PROBLEMS
-    if args.problems:
-        problems = [(int(m), int(n), int(k), d) for m, n, k, d in (s.split(",") for s in args.problems.split(";"))]
-    tiles = [(16, 32, 16, 4, 2), (32, 32, 16, 4, 2)] if args.interpret else TILES
+    problems = args.problems or (
+        [(40, 72, 48, "fp16"), (33, 40, 64, "fp16"), (70, 96, 80, "fp16")] if args.interpret else PROBLEMS)
+    tiles = args.tiles or ([(16, 32, 16, 4, 2), (32, 32, 16, 4, 2)] if args.interpret else TILES)
     programs = 5 if args.interpret else torch.cuda.get_device_properties(0).multi_processor_count
 
     def repeats(row, a, b):  # Fresh inputs, the stream-K kernel again and again on the first tile.

@@ -165,14 +165,18 @@ def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
 @triton.jit(do_not_specialize=["programs"])
 def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, programs,
                                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                 GROUP_M: tl.constexpr, EPILOGUE_HALVES: tl.constexpr, FLATTEN: tl.constexpr):
+                                 GROUP_M: tl.constexpr, EPILOGUE_HALVES: tl.constexpr, FLATTEN: tl.constexpr,
+                                 WARP_SPECIALIZE: tl.constexpr = False):
     # matmul_tma_kernel's tiles on a fixed set of `programs` programs (one per SM), each taking
     # tiles program_id, program_id + programs, ... in the grouped order. With FLATTEN the
     # tile loop and the K loop become one software-pipelined loop, so that the next tile's first
     # copies are in flight while this tile's result is converted and stored: the pipeline fills
     # once per program instead of once per tile, which is most of a tile's time when K is short
     # (K = 1000: 16 iterations of 64). EPILOGUE_HALVES stores C's tile as two halves of
-    # BLOCK_N / 2 columns, so the staging buffer of the store is half as large.
+    # BLOCK_N / 2 columns, so the staging buffer of the store is half as large. WARP_SPECIALIZE
+    # splits the (unflattened) tile loop into Triton's warp-specialised partitions, on sm_90 with 4
+    # warps a TMA producer and two consumer warpgroups that overlap a tile's store with the next
+    # tile's products (benchmarks/persistent_probe.py measures it; not in the live space yet).
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
     a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BLOCK_M, BLOCK_K])
@@ -183,7 +187,7 @@ def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, programs,
     # (Blackwell's) with a value used on both sides of a flattened loop; a few integer operations
     # a tile cost nothing here.
     done = tl.program_id(0) - programs
-    for tile in tl.range(tl.program_id(0), tiles, programs, flatten=FLATTEN):
+    for tile in tl.range(tl.program_id(0), tiles, programs, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
         pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k in range(0, iters):
