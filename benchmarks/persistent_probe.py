@@ -10,10 +10,10 @@ variants of it, and torch.matmul (cuBLAS):
   matmul_tma_persistent_kernel with C stored whole or in two halves, with and without the tile
   loop flattened into the K loop;
 - `tma_persistent_ws`: the same kernel, C whole, its tile loop warp-specialised
-  (`WARP_SPECIALIZE`): on sm_90 with 4 warps Triton 3.6 splits it into a producer partition that
-  issues the TMA copies and two 4-warp consumer partitions of 232 registers that run the wgmma
-  products and the epilogue, so one tile's store overlaps the next tile's products (12 warps in
-  all; with 8 warps, or C in halves, the loop stays as it was or does not compile).
+  (`WARP_SPECIALIZE`): on sm_90 with 4 warps Triton 3.6 splits it into a producer (the 4 warps,
+  which issue the TMA copies) and two 4-warp consumer partitions of 232 registers that run the
+  wgmma products and store C, so one tile's store overlaps other products (12 warps in all; with
+  8 warps the loop stays as it was, and with C in halves most tiles do not compile).
 
     python benchmarks/persistent_probe.py --out DIR            # on the GPU
     python benchmarks/persistent_probe.py --out DIR --interpret  # the kernels' results on the CPU

@@ -62,11 +62,13 @@ def test_the_warp_specialised_loop_compiles_for_hopper_into_a_producer_and_two_c
 
     kernel = _compile(config, warp_specialize=True)
     ptx = kernel.asm["ptx"]
-    # The 4 warps asked for run the products twice over (two consumer warpgroups of the same
-    # registers) beside a producer warpgroup that gives its registers up: 12 warps in the launch.
+    # The 4 warps asked for become the producer, which issues the TMA copies and gives its
+    # registers up (down to 40), and two more 4-warp consumer groups of 232 registers each run the
+    # products and store C: 12 warps in the launch, two warpgroup MMAs where the plain loop has one.
     assert kernel.metadata.num_warps == 12
-    assert "setmaxnreg.dec.sync.aligned.u32" in ptx and "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx
+    assert "setmaxnreg.dec.sync.aligned.u32 \t40" in ptx and "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx
     assert "requestedRegisters = array<i32: 232, 232>" in kernel.asm["ttgir"]
+    assert kernel.asm["ttgir"].count("ttng.warp_group_dot ") == 2
     assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx
     assert kernel.metadata.shared <= H200.shared_per_block
     assert binary_resources(kernel.asm["cubin"], ptx)[1] == 0  # No spills.
