@@ -41,7 +41,7 @@ def test_a_malformed_tile_list_is_refused_with_the_form_it_wants(tmp_path):
     assert "BLOCK_M,BLOCK_N,BLOCK_K,num_warps,num_stages" in result.stderr
 
 
-def _compile(config, warp_specialize: bool, halves: int = 1):
+def _compile(config, warp_specialize: bool):
     from dr_kernel.analysis import compile_kernel
     from dr_kernel.kernels.matmul import matmul_tma_persistent_kernel
 
@@ -49,7 +49,7 @@ def _compile(config, warp_specialize: bool, halves: int = 1):
     signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32",
                  "programs": "i32", **{name: "constexpr" for name in (
                      "BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_HALVES", "FLATTEN", "WARP_SPECIALIZE")}}
-    constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "EPILOGUE_HALVES": halves,
+    constexprs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "EPILOGUE_HALVES": 1,
                   "FLATTEN": False, "WARP_SPECIALIZE": warp_specialize}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
     return compile_kernel(matmul_tma_persistent_kernel, signature, constexprs, attrs,
