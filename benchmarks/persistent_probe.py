@@ -200,12 +200,19 @@ def measure_problems(problems, tiles, variants, launcher, device: str, programs:
     return rows
 
 
-def add_selection(p: argparse.ArgumentParser, variants: list[str]) -> None:
-    """The probes' options that pick what a call measures: variants, problems and tiles."""
+def probe_arguments(description: str, variants: list[str]) -> argparse.Namespace:
+    """The matmul probes' command line: --out (made here), --interpret, and what a call measures
+    (variants, problems and tiles)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--interpret", action="store_true", help="small problems on the CPU, results only")
     p.add_argument("--variants", default=",".join(variants), help=f"of {', '.join(variants)}")
     p.add_argument("--problems", type=_problems, help="M,N,K,dtype;... instead of the built-in list")
     p.add_argument("--tiles", type=_tiles, help="BLOCK_M,BLOCK_N,BLOCK_K,num_warps,num_stages;... instead of the "
                                                 "built-in list")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
 
 
 def _problems(text: str) -> list[tuple]:
@@ -228,12 +235,7 @@ def _tiles(text: str) -> list[tuple]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--interpret", action="store_true", help="small problems on the CPU, results only")
-    add_selection(p, VARIANTS)
-    args = p.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = probe_arguments(__doc__, VARIANTS)
     import torch
     from dr_kernel import kernels
 

@@ -24,7 +24,6 @@ workspace's reset between launches is what those check).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import sys
@@ -36,8 +35,8 @@ if "--interpret" in sys.argv:  # Before Triton decorates anything.
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
-from dr_kernel.kernels.matmul import _grouped_tile  # noqa: E402
-from persistent_probe import _relerr, add_selection, launch_built_in, measure_problems  # noqa: E402
+from dr_kernel.kernels.matmul import _grouped_tile, persistent_tiles, store_c_tile  # noqa: E402
+from persistent_probe import _relerr, launch_built_in, measure_problems, probe_arguments  # noqa: E402
 
 PROBLEMS = [  # (M, N, K, dtype): the two below 0.8x, small and short-K neighbours, deep K, a control.
     (1000, 1000, 1000, "fp16"), (3000, 5000, 1000, "fp16"), (1024, 1024, 1024, "fp16"),
@@ -57,18 +56,6 @@ def _owner(it, per, extra):
     return tl.where(it < extra * (per + 1), it // (per + 1), extra + (it - extra * (per + 1)) // tl.maximum(per, 1))
 
 
-@triton.jit
-def _store_c(c_desc, acc, row, col, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EPILOGUE_HALVES: tl.constexpr):
-    # C's tile through its descriptor, whole or as two halves of BLOCK_N / 2 columns (a staging
-    # buffer half as large), as matmul_tma_persistent_kernel stores it.
-    if EPILOGUE_HALVES == 2:
-        left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-        c_desc.store([row, col], left.to(c_desc.dtype))
-        c_desc.store([row, col + BLOCK_N // 2], right.to(c_desc.dtype))
-    else:
-        c_desc.store([row, col], acc.to(c_desc.dtype))
-
-
 @triton.jit(do_not_specialize=["programs", "dp_tiles"])
 def matmul_streamk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, counts_ptr, M, N, K, programs, dp_tiles,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -79,18 +66,9 @@ def matmul_streamk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, counts_ptr, M, N, K, prog
     a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BLOCK_M, BLOCK_K])
     b_desc = tl.make_tensor_descriptor(b_ptr, [K, N], [N, 1], [BLOCK_K, BLOCK_N])
     c_desc = tl.make_tensor_descriptor(c_ptr, [M, N], [N, 1], [BLOCK_M, BLOCK_N // EPILOGUE_HALVES])
-    # Whole tiles first, as matmul_tma_persistent_kernel walks them (its epilogue's own counter too).
-    done = pid - programs
-    for tile in tl.range(pid, dp_tiles, programs, flatten=True):
-        pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, iters):
-            a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
-            b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
-            acc = tl.dot(a, b, acc)
-        done += programs
-        out_m, out_n = _grouped_tile(done, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        _store_c(c_desc, acc, out_m * BLOCK_M, out_n * BLOCK_N, BLOCK_M, BLOCK_N, EPILOGUE_HALVES)
+    # Whole tiles first, as matmul_tma_persistent_kernel walks them (flattened).
+    persistent_tiles(a_desc, b_desc, c_desc, M, N, iters, dp_tiles, programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                     EPILOGUE_HALVES, True, False)
     # Then this program's share of the remaining tiles' iterations, [start, end), its last tile first.
     total = (tiles - dp_tiles) * iters
     per = total // programs
@@ -112,7 +90,7 @@ def matmul_streamk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, counts_ptr, M, N, K, prog
             acc = tl.dot(a, b, acc)
         sharers = _owner(first + iters - 1, per, extra) - _owner(first, per, extra)
         if sharers == 0:  # The whole tile is this program's.
-            _store_c(c_desc, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N, EPILOGUE_HALVES)
+            store_c_tile(c_desc, acc, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N, EPILOGUE_HALVES)
         else:
             part = ws_ptr + t.to(tl.int64) * (BLOCK_M * BLOCK_N) + rows[:, None] * BLOCK_N + cols[None, :]
             tl.atomic_add(part, acc, sem="relaxed")
@@ -122,7 +100,7 @@ def matmul_streamk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, counts_ptr, M, N, K, prog
                 summed = tl.load(part, cache_modifier=".cg")
                 tl.store(part, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32))
                 tl.atomic_xchg(counts_ptr + t, 0, sem="relaxed")
-                _store_c(c_desc, summed, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N, EPILOGUE_HALVES)
+                store_c_tile(c_desc, summed, pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N, EPILOGUE_HALVES)
         cur = seg
 
 
@@ -199,12 +177,7 @@ def _launcher(matmul, variant: str, programs: int):
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--interpret", action="store_true", help="small problems on the CPU, results only")
-    add_selection(p, VARIANTS)
-    args = p.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = probe_arguments(__doc__, VARIANTS)
     import torch
     from dr_kernel import kernels
 

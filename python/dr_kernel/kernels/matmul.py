@@ -183,6 +183,15 @@ def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, programs,
     a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [K, 1], [BLOCK_M, BLOCK_K])
     b_desc = tl.make_tensor_descriptor(b_ptr, [K, N], [N, 1], [BLOCK_K, BLOCK_N])
     c_desc = tl.make_tensor_descriptor(c_ptr, [M, N], [N, 1], [BLOCK_M, BLOCK_N // EPILOGUE_HALVES])
+    persistent_tiles(a_desc, b_desc, c_desc, M, N, iters, tiles, programs, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
+                     EPILOGUE_HALVES, FLATTEN, WARP_SPECIALIZE)
+
+
+@triton.jit
+def persistent_tiles(a_desc, b_desc, c_desc, M, N, iters, tiles, programs, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                     EPILOGUE_HALVES: tl.constexpr, FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    # Tiles program_id, program_id + programs, ... below `tiles`, each whole: its K loop, then C.
     # The epilogue finds its tile from a counter of its own rather than from the values the top of
     # the loop computed: Triton's own persistent matmul does the same, around a pipelining bug
     # (Blackwell's) with a value used on both sides of a flattened loop; a few integer operations
@@ -197,12 +206,19 @@ def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, programs,
             acc = tl.dot(a, b, acc)
         done += programs
         out_m, out_n = _grouped_tile(done, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        if EPILOGUE_HALVES == 2:
-            left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-            c_desc.store([out_m * BLOCK_M, out_n * BLOCK_N], left.to(c_ptr.dtype.element_ty))
-            c_desc.store([out_m * BLOCK_M, out_n * BLOCK_N + BLOCK_N // 2], right.to(c_ptr.dtype.element_ty))
-        else:
-            c_desc.store([out_m * BLOCK_M, out_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+        store_c_tile(c_desc, acc, out_m * BLOCK_M, out_n * BLOCK_N, BLOCK_M, BLOCK_N, EPILOGUE_HALVES)
+
+
+@triton.jit
+def store_c_tile(c_desc, acc, row, col, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EPILOGUE_HALVES: tl.constexpr):
+    # C's tile through its descriptor (of C's element type), whole or as two halves of BLOCK_N / 2
+    # columns, whose staging buffer is half as large.
+    if EPILOGUE_HALVES == 2:
+        left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+        c_desc.store([row, col], left.to(c_desc.dtype))
+        c_desc.store([row, col + BLOCK_N // 2], right.to(c_desc.dtype))
+    else:
+        c_desc.store([row, col], acc.to(c_desc.dtype))
 
 
 def row_alignment(*sizes: int) -> int:
