@@ -6,7 +6,8 @@ dr_kernel's drop-in (install(), no edit of the library), on the GPU.
 Each (op, mode) runs in a fresh process with a fresh Triton cache and a fresh results store, so
 every first call compiles and tunes from nothing. Mode `floor` keeps only each list's first
 config (nothing is timed): first call minus floor is what tuning cost. An op is one forward and
-one backward at an LLM shape (bf16, 8192 tokens). Per run: the first call's wall time (inputs
+one backward at an LLM shape (bf16, 8192 tokens); GemLite's two (not in the default list: an
+inference library) are one forward, of 8192 tokens or of one. Per run: the first call's wall time (inputs
 ready, synchronised), then the steady-state step (median of 50 timed steps after 10 warm-ups,
 CUDA events) and its GPU time (the summed durations of its kernels, profiler, median of 20
 steps), how many of the library's autotuned kernels dr_kernel took over and how many it handed
@@ -40,12 +41,14 @@ import time
 
 TOKENS, HIDDEN, VOCAB = 8192, 4096, 32000
 CEILING_EVALS = int(os.environ.get("CEILING_EVALS", "200"))
+FORWARD_ONLY = object()  # An op of an inference library: no backward.
 SETTLE_LIMIT_S = 120.0  # Mode defer: steps after the first call until no tuning is pending, at most this long,
 STUCK_S = 20.0  # or until the pending tunings have not changed for this long.
 
 
 def make_op(name: str):
-    """Returns step() for one op: one forward and backward on fresh-enough inputs."""
+    """Returns step() for one op: one forward and backward on fresh-enough inputs (GemLite's: one
+    forward)."""
     import torch
     import torch.nn.functional as F
 
@@ -169,12 +172,40 @@ def make_op(name: str):
             ref.backward()
             return {k: float((g - r).abs().max() / r.abs().max()) for k, g, r in
                     zip(("loss", "dE", "dC"), got, (ref.detach(), e32.grad, head32.grad), strict=True)}
+    elif name in ("gemlite_a16w4_prefill", "gemlite_a16w4_decode"):
+        # GemLite (Mobius Labs; the low-bit GEMMs behind HQQ in vLLM and SGLang): a 4096x4096 linear
+        # layer with 4-bit weights in groups of 128 (HQQ's format: (W_q - zeros) * scales), bf16
+        # activations, its forward only (an inference library): 8192 tokens of a prefill (its GEMM
+        # kernels) or one of a decode (its GEMV kernels). Its lists ("fast", the default) are pruned
+        # per shape by early_config_prune.
+        from gemlite import DType, GemLiteLinear
+
+        group, tokens = 128, TOKENS if name.endswith("prefill") else 1
+        layer = GemLiteLinear(4, group_size=group, in_features=HIDDEN, out_features=HIDDEN,
+                              input_dtype=DType.BF16, output_dtype=DType.BF16)
+        w_q = torch.randint(0, 16, (HIDDEN, HIDDEN), device=dev, dtype=torch.uint8)
+        scales = torch.rand(HIDDEN, HIDDEN // group, device=dev, dtype=bf16) * 0.01 + 0.001
+        zeros = torch.full((HIDDEN, HIDDEN // group), 7.5, device=dev, dtype=bf16)
+        weight = ((w_q.float().view(HIDDEN, -1, group) - zeros.float()[..., None])
+                  * scales.float()[..., None]).view(HIDDEN, HIDDEN)  # What the packed weights mean.
+        layer.pack(w_q, scales, zeros, None)
+        xg = torch.randn(tokens, HIDDEN, device=dev, dtype=bf16)
+
+        def f():
+            return layer(xg), FORWARD_ONLY
+
+        def check() -> dict:
+            """The output against float32 torch on the dequantised weights."""
+            ref = xg.float() @ weight.T
+            return {"y": float((layer(xg).float() - ref).abs().max() / ref.abs().max())}
     else:
         raise SystemExit(f"unknown op {name}")
 
     def step():
         with context():
             y, grad = f()
+            if grad is FORWARD_ONLY:
+                return
             if grad is None:
                 y.backward()
             else:

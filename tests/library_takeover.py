@@ -2,12 +2,16 @@
 replaced by dr_kernel (mode "ours", or "defer": install(defer=True)), and in modes "ours" and "defer"
 runs some of its ops in Triton's interpreter against torch. Prints one JSON object.
 
-    library_takeover.py count|ours|defer [liger-fla|torchao|cce]
+    library_takeover.py count|ours|defer [liger-fla|torchao|cce|gemlite]
 
 liger-fla (the default): Liger-Kernel's and flash-linear-attention's (fla-core) ops, two of fla's run
 forward and backward. torchao: every torchao module, its INT8 GEMM (27 configs) run. cce: Cut
 Cross-Entropy (cut-cross-entropy) with CCE_AUTOTUNE=1, nothing run (its kernels call libdevice,
-which the interpreter lacks, tuned or not; benchmarks/library_bench.py runs them on the GPU)."""
+which the interpreter lacks, tuned or not; benchmarks/library_bench.py runs them on the GPU).
+gemlite: GemLite's modules, imported as on an sm_90 machine (it asks the GPU its capability, its
+SMs, its shared memory and Triton's target as it imports: a stand-in answers), then imported again
+by its own set_autotune("max"), which reloads its kernel modules with longer lists; nothing run
+(Triton 3.6's interpreter cannot run its GEMMs, tuned or not: int1 arguments)."""
 
 import importlib
 import json
@@ -26,7 +30,29 @@ import triton.runtime.autotuner  # noqa: E402
 mode = sys.argv[1]
 library = sys.argv[2] if len(sys.argv) > 2 else "liger-fla"
 packages = {"liger-fla": ("liger_kernel.ops", "fla.ops", "fla.modules"), "torchao": ("torchao",),
-            "cce": ("cut_cross_entropy",)}[library]
+            "cce": ("cut_cross_entropy",), "gemlite": ("gemlite",)}[library]
+if library == "gemlite":
+    from types import SimpleNamespace
+
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class _StandInDriver:
+        """What GemLite asks of the driver as it imports and prunes: an H200's answers."""
+
+        utils = SimpleNamespace(get_device_properties=lambda device: {"max_shared_mem": 232448,
+                                                                      "multiprocessor_count": 132})
+
+        def get_current_device(self):
+            return 0
+
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+    driver._active = _StandInDriver()
+    torch.cuda.get_device_capability = lambda *args, **kwargs: (9, 0)
+    torch.cuda.get_device_properties = lambda *args, **kwargs: SimpleNamespace(
+        name="NVIDIA H200", multi_processor_count=132, major=9, minor=0)
 if library == "cce":
     # Cut Cross-Entropy decorates its kernels with triton.autotune only when asked to (else with
     # fixed configs under @triton.heuristics).
@@ -62,10 +88,24 @@ for package in packages:
         except Exception as error:  # noqa: BLE001 -- optional backends (CuTe, cuTile, Ascend, MPS) and
             # torchao's optional dependencies (transformers, lm_eval, a CUDA build of torch) are missing.
             failed_imports.append(f"{info.name}: {type(error).__name__}")
+if library == "gemlite":
+    import gemlite
+
+    # Its documented switch to longer lists reloads its kernel modules: every kernel is decorated
+    # anew, and must be taken over anew.
+    before = len(decorated) if mode == "count" else len(dr_kernel.taken_over())
+    gemlite.set_autotune("max")
+    from gemlite.triton_kernels import gemm_kernels
+
+    reloaded = gemm_kernels.gemm_INT_kernel
+    counted_again = (len(decorated) if mode == "count" else len(dr_kernel.taken_over())) - before
+    lists = len(reloaded.configs)
 out = {"decorated": sorted(set(decorated)) if mode == "count" else None,
        "taken_over": sorted(set(dr_kernel.taken_over())), "kept": dr_kernel.kept(),
        "failed_imports": sorted(failed_imports)}
 
+if library == "gemlite":
+    out["reloaded"] = {"decorated_again": counted_again, "gemm_list": lists, "type": type(reloaded).__module__}
 if mode == "ours" and library == "torchao":
     # Its INT8 GEMM for quantised training (heuristics below autotune, 27 configs), called as its
     # CUDA implementation calls it: exact in integers, then scaled by rows and columns.

@@ -207,6 +207,22 @@ def test_cut_cross_entropy_every_autotuned_kernel_is_taken_over(tmp_path):
     assert ours["taken_over"] == counted["decorated"] and ours["kept"] == []
 
 
+def test_gemlite_every_autotuned_kernel_is_taken_over_and_again_when_it_reloads_its_modules(tmp_path):
+    """GemLite (installed from PyPI by scripts/setup), imported as on an sm_90 machine: its 23
+    autotuned kernels (GEMMs and GEMVs stacked over @triton.heuristics with early_config_prune
+    lambdas, activation quantisers) are all taken over, and so are the 9 that its own
+    set_autotune("max") decorates anew by reloading its modules with lists of up to 2,000 configs."""
+    counted = _library("count", tmp_path, "gemlite")
+    ours = _library("ours", tmp_path, "gemlite")
+    assert counted["failed_imports"] == ours["failed_imports"]
+    assert all(name.startswith("gemlite.vllm") for name in ours["failed_imports"])  # vLLM is not installed.
+    assert len(counted["decorated"]) >= 20 and all(k.startswith("gemlite.") for k in counted["decorated"])
+    assert ours["taken_over"] == counted["decorated"] and ours["kept"] == []
+    assert counted["reloaded"]["type"] == "triton.runtime.autotuner"
+    assert ours["reloaded"] == {**counted["reloaded"], "type": "dr_kernel.dropin"}
+    assert ours["reloaded"]["decorated_again"] >= 5 and ours["reloaded"]["gemm_list"] > 100
+
+
 DEFERRED_SCRIPT = """
 import json, time, torch, triton, dr_kernel
 with dr_kernel.installed(defer=True):
