@@ -177,8 +177,13 @@ def make_op(name: str):
         # layer with 4-bit weights in groups of 128 (HQQ's format: (W_q - zeros) * scales), bf16
         # activations, its forward only (an inference library): 8192 tokens of a prefill (its GEMM
         # kernels) or one of a decode (its GEMV kernels). Its lists ("fast", the default) are pruned
-        # per shape by early_config_prune.
+        # per shape by early_config_prune. It ships tuned configs for some GPUs (the H100 among them,
+        # not the H200) that its pruner returns alone for the shapes they cover: set aside here, as
+        # on every GPU it has none for, so that the kernels are tuned on every card.
+        import gemlite
         from gemlite import DType, GemLiteLinear
+
+        gemlite.reset_config()
 
         group, tokens = 128, TOKENS if name.endswith("prefill") else 1
         layer = GemLiteLinear(4, group_size=group, in_features=HIDDEN, out_features=HIDDEN,
