@@ -108,6 +108,32 @@ def test_other_threads_compile_as_usual_while_a_launch_is_captured(jit_on_cpu, m
     assert len(seen) == 1 and seen[0] is not None and jit_on_cpu == [False]
 
 
+def test_configs_that_an_early_prune_rewrites_are_described_as_the_call_launches_them(jit_on_cpu, tmp_path):
+    # GemLite's pruner returns new configs with a constexpr its listed ones lack (NUM_STAGES): the
+    # static stage must describe the call's configs, not the list's, or every config compiles in
+    # the program one after another (its 14-config GEMM list: 9.7 s of a first call on an H100).
+    import warnings
+
+    import dr_kernel
+    import triton
+
+    def add_block(configs, named_args, **kwargs):
+        return [triton.Config({"BLOCK": 128 * c.num_warps}, num_warps=c.num_warps) for c in configs]
+
+    listed = [triton.Config({}, num_warps=w) for w in (1, 2)]
+    tuned = dr_kernel.autotune(configs=listed, key=["n"], prune_configs_by={"early_config_prune": add_block},
+                               db=str(tmp_path / "results.db"))(launch_kernels.scale_shift)
+    x = torch.randn(3000, dtype=torch.float16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(Exception, match="launcher_cls"):  # The stand-in driver launches nothing.
+            tuned[(1,)](x, torch.empty_like(x), 3000, 1, 2.0)
+    assert not [w for w in caught if "every config is measured" in str(w.message)]
+    assert tuned.described == {"exact": 2}
+    # The reference's launch loads the binary the pool compiled: a cache hit, not a compile.
+    assert jit_on_cpu == [True]
+
+
 def test_the_autotune_static_stage_compiles_what_each_config_launches(jit_on_cpu, tmp_path):
     import dr_kernel
     import triton
