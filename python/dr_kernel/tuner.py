@@ -813,7 +813,7 @@ class TunedKernel(TritonAutotuner):
                candidates: list[dict]) -> dict | None:
         """Starts a deferred tuning of `key`: queues its configs' compiles and returns the interim
         config, or None (tune now) when the configs cannot be described to the compiler."""
-        stage = self._static_stage(nargs, kwargs, first=candidates[0] if candidates else None)
+        stage = self._static_stage(nargs, kwargs, candidates=candidates)
         if stage is None:
             return None
         if candidates:
@@ -861,8 +861,7 @@ class TunedKernel(TritonAutotuner):
         self.deferred_s.append(time.perf_counter() - deferred.started)
         try:
             # This call's arguments describe the configs not compiled yet (widen, a space's beyond the guesses).
-            describe = self._static_stage(nargs, kwargs, describer_only=True,
-                                          first=deferred.candidates[0] if deferred.candidates else None)
+            describe = self._static_stage(nargs, kwargs, describer_only=True, candidates=deferred.candidates)
             if describe is not None:
                 deferred.stage.describe = describe
             config = self._tune(nargs, kwargs, key, deferred.device, deferred.store_key, deferred.candidates,
@@ -959,13 +958,13 @@ class TunedKernel(TritonAutotuner):
         return values
 
     def _static_stage(self, nargs: dict, kwargs: dict | None = None, describer_only: bool = False,
-                      first: dict | None = None):
+                      candidates: Sequence[dict] = ()):
         """A StaticStage that compiles this kernel's configs for the call's device in the shared
         compile pool, or None (with one warning per kernel) when the kernel or its arguments
         cannot be described to the compiler: then every config is measured unvetted.
         `describer_only`: only the function that describes a config of this call to the compiler.
-        `first`: the config the kernel is first described with (default: the list's first), which
-        must be one of this call's: an early_config_prune may rewrite the listed configs (GemLite's
+        `candidates`: this call's configs, the first of which the kernel is first described with
+        (none: the list's first): an early_config_prune may rewrite the listed configs (GemLite's
         adds a NUM_STAGES that its listed configs lack)."""
         from .analysis import H200, LauncherSource, device_limits
         from .compile_pool import CompileRequest, function_reference, jit_function
@@ -1003,7 +1002,7 @@ class TunedKernel(TritonAutotuner):
         try:
             jit = jit_function(self.fn)
             reference = function_reference(jit)  # Of __main__: its source (shipping.py), or why not.
-            probe = first if first is not None else self._first_config()
+            probe = candidates[0] if candidates else self._first_config()
             try:
                 source = exact(probe)
                 launcher[0] = LauncherSource.of(source) if source is not None else None
@@ -1147,7 +1146,7 @@ class TunedKernel(TritonAutotuner):
 
         phase = time.perf_counter()
         if stage is None:
-            stage = self._static_stage(nargs, kwargs, first=candidates[0] if candidates else None)
+            stage = self._static_stage(nargs, kwargs, candidates=candidates)
             if stage is not None:
                 self._compile_checks_ahead(stage, nargs)
                 stage.guess(candidates)  # Every listed config compiles in parallel from now on.
