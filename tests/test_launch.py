@@ -162,6 +162,35 @@ def test_the_autotune_static_stage_compiles_what_each_config_launches(jit_on_cpu
     assert jit_on_cpu[-2:] == [True, True]
 
 
+def test_a_list_that_caps_registers_in_some_configs_only_is_tuned_as_one_space(jit_on_cpu, tmp_path):
+    # mamba-ssm's Mamba3 kernels list maxnreg None (no cap), 128 and 256: the configs without a
+    # cap must stay uncapped, and each config compile to what its launch loads.
+    import dr_kernel
+    import triton
+    from dr_kernel.space import NO_MAXNREG
+
+    configs = [triton.Config({"BLOCK": 256}, num_warps=4, maxnreg=r) for r in (None, 32)]
+    tuned = dr_kernel.autotune(configs=configs, key=["n"], db=str(tmp_path / "results.db"))(
+        launch_kernels.scale_shift)
+    assert tuned.space.names == ["BLOCK", "num_warps", "num_stages", "maxnreg"]
+    arguments = _arguments(n=3000)
+    nargs = {k: v for k, v in arguments.items() if k not in ("BLOCK", "num_warps")}
+    wanted = [{"BLOCK": 256, "num_warps": 4, "num_stages": 3, "maxnreg": r} for r in (NO_MAXNREG, 32)]
+    assert tuned._candidates(nargs, {}) == wanted
+    assert [tuned._to_config(c) for c in wanted] == configs  # The listed configs themselves.
+    stage = tuned._static_stage(nargs, {})
+    try:
+        reports = stage.reports_for(wanted)
+    finally:
+        stage.close()
+    assert all(r.valid for r in reports), [r.reason for r in reports]
+    assert tuned.described == {"exact": 2}
+    assert reports[0].binary_hash != reports[1].binary_hash  # The cap reached the compiler, for one.
+    _launch({**nargs, "BLOCK": 256, "num_warps": 4})
+    _launch({**nargs, "BLOCK": 256, "num_warps": 4, "maxnreg": 32})
+    assert jit_on_cpu[-2:] == [True, True]  # Both binaries were the pool's.
+
+
 def test_descriptor_kernels_are_described_with_the_block_shape_their_pre_hook_sets(jit_on_cpu, tmp_path):
     import dr_kernel
     import triton

@@ -9,6 +9,12 @@ from . import _core
 
 # Launch options of triton.Config that tune like meta-parameters.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+# maxnreg of a config that sets no cap on registers (triton.Config's maxnreg=None): a space's
+# values are numbers, so "no cap" is 0 there and in config dicts, and None again at the launch.
+NO_MAXNREG = 0
+# What a launch option left unset means, for lists whose configs set it in some and not in others
+# (mamba-ssm's Mamba3 kernels list maxnreg None, 128 and 256).
+OPTION_DEFAULTS = {"num_ctas": 1, "maxnreg": NO_MAXNREG}
 
 
 def make_space(
@@ -34,7 +40,7 @@ def make_space(
         raise ValueError("space={} has no parameters: give each parameter's values, e.g. "
                          "space={'BLOCK': [64, 128, 256], 'num_warps': [4, 8]}")
     if configs is not None:
-        listed = [config_dict(c) for c in configs]
+        listed = complete_options([config_dict(c) for c in configs])
         if not listed:
             raise ValueError("configs=[] is empty: list at least one triton.Config")
         names = list(dict.fromkeys(k for c in listed for k in c))
@@ -91,10 +97,33 @@ def config_dict(config: Any) -> dict:
     return out
 
 
+def complete_options(configs: Sequence[dict]) -> list[dict]:
+    """`configs` (dicts) with each launch option that some of them set and others leave unset
+    given its default value in the others (OPTION_DEFAULTS): one space holds them all."""
+    partial = [k for k in OPTION_DEFAULTS if any(k in c for c in configs) and not all(k in c for c in configs)]
+    return [{**c, **{k: OPTION_DEFAULTS[k] for k in partial if k not in c}} for c in configs]
+
+
+def launchable(config: Mapping[str, Any]) -> dict:
+    """`config` as Triton takes it at a launch or compile: "no cap" on registers (NO_MAXNREG) is
+    maxnreg left unset."""
+    if config.get("maxnreg", None) == NO_MAXNREG:
+        return {k: v for k, v in config.items() if k != "maxnreg"}
+    return dict(config)
+
+
+def same_launch_key(config: Mapping[str, Any]) -> tuple:
+    """A key under which two config dicts that launch alike are equal: a launch option at its
+    default counts as unset (complete_options adds such entries)."""
+    return tuple(sorted((k, v) for k, v in config.items()
+                        if k != "__grid__" and not (k in OPTION_DEFAULTS and v == OPTION_DEFAULTS[k])))
+
+
 def split_config(config: Mapping[str, Any]) -> tuple[dict, dict]:
-    """Separates kernel meta-parameters from launch options (num_warps, num_stages, ...)."""
+    """Separates kernel meta-parameters from launch options (num_warps, num_stages, ...), the
+    latter as Triton takes them (launchable)."""
     meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
-    launch = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
+    launch = {k: v for k, v in launchable(config).items() if k in LAUNCH_OPTIONS}
     return meta, launch
 
 

@@ -55,7 +55,7 @@ from .checking import (
 )
 from .measure import Job, MeasurePool, MeasureSettings, in_process, relative_error, visible_devices
 from .progress import Progress, verbose_from_env
-from .space import LAUNCH_OPTIONS, config_dict, make_space
+from .space import LAUNCH_OPTIONS, complete_options, config_dict, launchable, make_space, same_launch_key, split_config
 
 # Keyword arguments Triton's launch path passes down that are not kernel arguments.
 _LAUNCH_KWARGS = ("grid", "warmup")
@@ -199,7 +199,7 @@ class KernelJob(Job):
     # ----- launching ----------------------------------------------------------------------------
 
     def _full(self, state: dict, config: dict) -> dict:
-        return {**state["scratch"], **self.kwargs, **config}
+        return {**state["scratch"], **self.kwargs, **launchable(config)}
 
     def before_launch(self, state: Any, config: dict) -> None:
         hook = self.config_hooks.get(config_key(config), self.shared_config_hook)
@@ -224,7 +224,7 @@ class KernelJob(Job):
         if grid is not None:
             kwargs["grid"] = grid
         kwargs.setdefault("warmup", False)
-        state["fn"].run(**state["scratch"], **kwargs, **config)
+        state["fn"].run(**state["scratch"], **kwargs, **launchable(config))
 
     def _restore(self, state: dict) -> None:
         restore(state["scratch"], state["pristine"])
@@ -351,7 +351,7 @@ def written_outputs(state: dict) -> list[str]:
 
 
 def config_key(config: Mapping[str, Any]) -> tuple:
-    return tuple(sorted((k, v) for k, v in config.items() if k != "__grid__"))
+    return same_launch_key(config)
 
 
 # Lists of up to this many configs are measured whole; longer ones are searched (TunedKernel._budget).
@@ -753,7 +753,7 @@ class TunedKernel(TritonAutotuner):
             if len(configs) > top_k:
                 estimate = {i: perf_model(**nargs, **kwargs, **c.all_kwargs()) for i, c in enumerate(configs)}
                 configs = [configs[i] for i in sorted(estimate, key=estimate.get)[:top_k]]
-        return [config_dict(c) for c in configs]
+        return complete_options([config_dict(c) for c in configs])
 
     def _to_config(self, config: dict):
         """The triton.Config a config dict stands for: the listed one itself when it is listed
@@ -763,8 +763,7 @@ class TunedKernel(TritonAutotuner):
         for c in self.listed or ():
             if config_key(config_dict(c)) == config_key(config):
                 return c
-        meta = {k: v for k, v in config.items() if k not in LAUNCH_OPTIONS}
-        launch = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
+        meta, launch = split_config(config)
         return triton.Config(meta, **launch, pre_hook=self._shared_pre_hook())
 
     def _shared_pre_hook(self):
@@ -948,7 +947,7 @@ class TunedKernel(TritonAutotuner):
         config's, and those the @triton.heuristics between this object and the kernel add."""
         from triton.runtime.autotuner import Heuristics
 
-        values = {**nargs, **{k: v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS}, **config}
+        values = {**nargs, **{k: v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS}, **launchable(config)}
         inner = self.fn
         while not _is_jit(inner):
             if isinstance(inner, Heuristics):
@@ -984,7 +983,8 @@ class TunedKernel(TritonAutotuner):
 
         def exact(config: dict):
             # What the launch itself would compile (launch.py), when Triton's JIT can say.
-            arguments = {**nargs, **{k: v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS}, **config}
+            arguments = {**nargs, **{k: v for k, v in kwargs.items() if k not in _LAUNCH_KWARGS},
+                         **launchable(config)}
             hook = hooks.get(config_key(config), shared_hook)
             descriptors = [k for k, v in arguments.items() if not is_tensor(v) and tensor_of(v) is not None]
             if hook is not None and descriptors:
@@ -996,7 +996,7 @@ class TunedKernel(TritonAutotuner):
 
         def by_rule(config: dict) -> CompileRequest:
             signature, constexprs, attrs = specialise(jit, self._compile_arguments(nargs, kwargs, config, Pointer))
-            options = {k: v for k, v in config.items() if k in LAUNCH_OPTIONS}
+            options = split_config(config)[1]
             return CompileRequest((reference, signature, constexprs, attrs), options, None, "", limits)
 
         try:
@@ -1056,7 +1056,9 @@ class TunedKernel(TritonAutotuner):
         stage.compile_also([CompileRequest(source, {}, None, "", limits) for source in sources])
 
     def _first_config(self) -> dict:
-        return config_dict(self.listed[0]) if self.listed else dict(self.space.configs(1)[0])
+        if self.listed:
+            return complete_options([config_dict(c) for c in self.listed])[0]
+        return dict(self.space.configs(1)[0])
 
     def _compile_arguments(self, nargs: dict, kwargs: dict, config: dict, pointer: type) -> dict:
         from .compile_pool import jit_function
