@@ -203,6 +203,35 @@ def make_op(name: str):
             """The output against float32 torch on the dequantised weights."""
             ref = xg.float() @ weight.T
             return {"y": float((layer(xg).float() - ref).abs().max() / ref.abs().max())}
+    elif name == "mamba2_ssd":
+        # mamba-ssm's Mamba2 chunked scan (SSD), forward and backward, as a Mamba2 layer of the
+        # 2.7B model's width calls it: 80 heads of 64 channels (5120 wide), a state of 128 shared by
+        # the heads (one group), chunks of 256, softplus on dt with its bias, a skip D; bf16 inputs,
+        # A, D and the bias in float32 as the layer keeps them; 2 sequences of 4096 tokens. Its
+        # forward and backward launch 14 autotuned kernels (lists of 6 to 11 configs, 110 in all).
+        _mamba_without_its_init()
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, ssd_chunk_scan_combined_ref
+
+        batch, length, heads, head_dim, state, chunk = 2, TOKENS // 2, 80, 64, 128, 256
+        xs, dt = leaf(batch, length, heads, head_dim), leaf(batch, length, heads, scale=0.5)
+        bs, cs = leaf(batch, length, 1, state), leaf(batch, length, 1, state)
+        a_log = torch.log(torch.rand(heads, device=dev) * 15 + 1).requires_grad_(True)
+        skip = torch.ones(heads, device=dev, requires_grad=True)
+        dt_bias = (torch.rand(heads, device=dev) - 4).requires_grad_(True)
+        g = torch.randn(batch, length, heads, head_dim, device=dev, dtype=bf16)
+
+        def f():
+            return mamba_chunk_scan_combined(xs, dt, -torch.exp(a_log), bs, cs, chunk, D=skip, dt_bias=dt_bias,
+                                             dt_softplus=True), g
+
+        def check() -> dict:
+            """The output against mamba-ssm's own reference in torch, in float32."""
+            a = -torch.exp(a_log.detach())
+            with torch.no_grad():
+                y = mamba_chunk_scan_combined(xs, dt, a, bs, cs, chunk, D=skip, dt_bias=dt_bias, dt_softplus=True)
+                ref = ssd_chunk_scan_combined_ref(xs.float(), dt.float(), a, bs.float(), cs.float(), chunk,
+                                                  D=skip.detach(), dt_bias=dt_bias.detach(), dt_softplus=True)
+            return {"y": float((y.float() - ref).abs().max() / ref.abs().max())}
     else:
         raise SystemExit(f"unknown op {name}")
 
@@ -218,6 +247,21 @@ def make_op(name: str):
 
     step.check = check  # An op's own check of its results, or None.
     return step
+
+
+def _mamba_without_its_init() -> None:
+    """Registers the mamba_ssm package without running its __init__, which imports its
+    selective-scan CUDA extension (built only with nvcc; the wheel carried is mamba-ssm's
+    MAMBA_SKIP_CUDA_BUILD build) and transformers; its Triton ops need neither."""
+    import importlib.util
+    from types import ModuleType
+
+    if "mamba_ssm" in sys.modules:
+        return
+    spec = importlib.util.find_spec("mamba_ssm")
+    package = ModuleType("mamba_ssm")
+    package.__path__, package.__spec__ = list(spec.submodule_search_locations), spec
+    sys.modules["mamba_ssm"] = package
 
 
 def tuned_kernels() -> dict:

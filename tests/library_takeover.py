@@ -2,7 +2,7 @@
 replaced by dr_kernel (mode "ours", or "defer": install(defer=True)), and in modes "ours" and "defer"
 runs some of its ops in Triton's interpreter against torch. Prints one JSON object.
 
-    library_takeover.py count|ours|defer [liger-fla|torchao|cce|gemlite]
+    library_takeover.py count|ours|defer [liger-fla|torchao|cce|gemlite|mamba]
 
 liger-fla (the default): Liger-Kernel's and flash-linear-attention's (fla-core) ops, two of fla's run
 forward and backward. torchao: every torchao module, its INT8 GEMM (27 configs) run. cce: Cut
@@ -11,7 +11,10 @@ which the interpreter lacks, tuned or not; benchmarks/library_bench.py runs them
 gemlite: GemLite's modules, imported as on an sm_90 machine (it asks the GPU its capability, its
 SMs, its shared memory and Triton's target as it imports: a stand-in answers), then imported again
 by its own set_autotune("max"), which reloads its kernel modules with longer lists; nothing run
-(Triton 3.6's interpreter cannot run its GEMMs, tuned or not: int1 arguments)."""
+(Triton 3.6's interpreter cannot run its GEMMs, tuned or not: int1 arguments). mamba: mamba-ssm's
+modules (its package imported without its __init__, which loads its CUDA extension and transformers;
+its Triton ops need neither), Mamba2's chunked scan (SSD) run forward and backward against the
+library's own torch reference."""
 
 import importlib
 import json
@@ -30,7 +33,7 @@ import triton.runtime.autotuner  # noqa: E402
 mode = sys.argv[1]
 library = sys.argv[2] if len(sys.argv) > 2 else "liger-fla"
 packages = {"liger-fla": ("liger_kernel.ops", "fla.ops", "fla.modules"), "torchao": ("torchao",),
-            "cce": ("cut_cross_entropy",), "gemlite": ("gemlite",)}[library]
+            "cce": ("cut_cross_entropy",), "gemlite": ("gemlite",), "mamba": ("mamba_ssm",)}[library]
 if library == "gemlite":
     from types import SimpleNamespace
 
@@ -51,6 +54,23 @@ if library == "gemlite":
 
     driver._active = _StandInDriver()
     torch.cuda.get_device_capability = lambda *args, **kwargs: (9, 0)
+    torch.cuda.get_device_properties = lambda *args, **kwargs: SimpleNamespace(
+        name="NVIDIA H200", multi_processor_count=132, major=9, minor=0)
+if library == "mamba":
+    import contextlib
+    import importlib.util
+    from types import ModuleType, SimpleNamespace
+
+    # mamba_ssm/__init__.py imports its selective-scan CUDA extension (not built: no nvcc here) and,
+    # through its model classes, transformers; the Triton kernels' modules need neither. The
+    # package is registered without running it, so that each module imports as it would.
+    spec = importlib.util.find_spec("mamba_ssm")
+    package = ModuleType("mamba_ssm")
+    package.__path__, package.__spec__ = list(spec.submodule_search_locations), spec
+    sys.modules["mamba_ssm"] = package
+    # Its launches run under torch.cuda.device(tensor.device.index) and size some grids by the SM
+    # count: a CPU tensor has no index, and the CPU build of torch no device properties.
+    torch.cuda.device = lambda index: contextlib.nullcontext()
     torch.cuda.get_device_properties = lambda *args, **kwargs: SimpleNamespace(
         name="NVIDIA H200", multi_processor_count=132, major=9, minor=0)
 if library == "cce":
@@ -159,4 +179,35 @@ elif mode in ("ours", "defer") and library == "liger-fla":
 
     out["evaluations"] = sum(tuned(m).evaluations for m in out["taken_over"]
                              if m.startswith("fla.modules.norm.layernorm."))
+if mode == "ours" and library == "mamba":
+    # Mamba2's chunked scan as its layer calls it (softplus on dt, a skip D), forward and backward,
+    # against mamba-ssm's own reference in torch: 14 autotuned kernels, each tuned by dr_kernel.
+    from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined, ssd_chunk_scan_combined_ref
+
+    g = torch.Generator().manual_seed(0)
+    batch, length, heads, head_dim, state, chunk = 1, 128, 2, 16, 16, 64
+
+    def leaf(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).requires_grad_()
+
+    x, dt, a = leaf(batch, length, heads, head_dim), leaf(batch, length, heads, scale=0.5), leaf(heads)
+    b, c, d = leaf(batch, length, 1, state), leaf(batch, length, 1, state), leaf(heads)
+    a_neg = -a.abs()  # A < 0: a decaying state, as the layer's -exp(A_log).
+    inputs = (x, dt, a, b, c, d)
+    y = mamba_chunk_scan_combined(x, dt, a_neg, b, c, chunk, D=d, dt_softplus=True)
+    ref = ssd_chunk_scan_combined_ref(x, dt, a_neg, b, c, chunk, D=d, dt_softplus=True)
+    dy = torch.randn(y.shape, generator=g)
+    grads = torch.autograd.grad(y, inputs, dy, retain_graph=True)  # a_neg is shared with ref.
+    ref_grads = torch.autograd.grad(ref, inputs, dy)
+    out["ssd"] = {"forward": float((y - ref).abs().max() / ref.abs().max()),
+                  "backward": max(float((u - v).abs().max() / v.abs().max())
+                                  for u, v in zip(grads, ref_grads, strict=True))}
+    used = set()
+    for name in out["taken_over"]:
+        kernel = getattr(sys.modules[name.rsplit(".", 1)[0]], name.rsplit(".", 1)[1])
+        while not hasattr(kernel, "evaluations"):
+            kernel = kernel.fn
+        if kernel.evaluations:
+            used.add(name)
+    out["tuned_kernels"] = sorted(used)
 print(json.dumps(out))

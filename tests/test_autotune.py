@@ -223,6 +223,25 @@ def test_gemlite_every_autotuned_kernel_is_taken_over_and_again_when_it_reloads_
     assert ours["reloaded"]["decorated_again"] >= 5 and ours["reloaded"]["gemm_list"] > 100
 
 
+def test_mamba_ssm_every_autotuned_kernel_is_taken_over_and_mamba2s_scan_agrees(tmp_path):
+    """mamba-ssm (installed from PyPI by scripts/setup without its CUDA extensions): all 43 kernels
+    it decorates with triton.autotune are taken over, its Mamba3 kernels' lists among them (some
+    configs cap registers with maxnreg, some leave it unset), and Mamba2's chunked scan, forward
+    and backward, tuned by dr_kernel in the interpreter (14 kernels), matches the library's own
+    reference in torch."""
+    counted = _library("count", tmp_path, "mamba")
+    ours = _library("ours", tmp_path, "mamba")
+    assert counted["failed_imports"] == ours["failed_imports"]
+    # What needs the CUDA extensions, transformers, CuTe or TileLang, none installed.
+    assert all(name.startswith(("mamba_ssm.models", "mamba_ssm.modules", "mamba_ssm.utils", "mamba_ssm.ops.cute",
+                                "mamba_ssm.ops.tilelang", "mamba_ssm.ops.selective_scan"))
+               for name in ours["failed_imports"]), ours["failed_imports"]
+    assert len(counted["decorated"]) >= 40 and all(k.startswith("mamba_ssm.") for k in counted["decorated"])
+    assert ours["taken_over"] == counted["decorated"] and ours["kept"] == []
+    assert ours["ssd"]["forward"] < 1e-4 and ours["ssd"]["backward"] < 1e-4, ours["ssd"]
+    assert len(ours["tuned_kernels"]) == 14
+
+
 DEFERRED_SCRIPT = """
 import json, time, torch, triton, dr_kernel
 with dr_kernel.installed(defer=True):
