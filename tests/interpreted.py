@@ -8,10 +8,12 @@ import subprocess
 import sys
 
 
-def run_interpreted(args: list[str], cwd=None, timeout: float = 600) -> str:
-    """`python ARGS` in a child with the interpreter on and this process's import path; its stdout,
-    after asserting that it exited cleanly (the end of its stderr in the failure)."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+def run_interpreted(args: list[str], cwd=None, timeout: float = 600, env: dict | None = None) -> str:
+    """`python ARGS` in a child with the interpreter on, this process's import path and `env` on top
+    of its environment; its stdout, after asserting that it exited cleanly (the end of its stderr in
+    the failure)."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+           **(env or {})}
     run = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
     assert run.returncode == 0, run.stderr[-3000:]
     return run.stdout
