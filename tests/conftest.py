@@ -11,8 +11,9 @@ from dr_kernel import DATA_DIR, bundled_tables
 # first: `scripts/test` hands whole files to two workers in collection order, and a long file
 # collected last (alphabetically, tune_many is among the last) left one worker busy for minutes
 # after the other had finished.
-LONGEST_FIRST = ["test_tune_many.py", "test_optimize.py", "test_libraries.py", "test_autotune.py", "test_ops.py", "test_faults.py",
-                 "test_measure.py", "test_agent.py", "test_kernels.py", "test_progress.py", "test_gpu_bench.py"]
+LONGEST_FIRST = ["test_tune_many.py", "test_optimize.py", "test_libraries.py", "test_autotune.py", "test_ops.py",
+                 "test_faults.py", "test_measure.py", "test_agent.py", "test_kernels.py", "test_progress.py",
+                 "test_gpu_bench.py"]
 
 
 def pytest_collection_modifyitems(items):

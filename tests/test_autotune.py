@@ -139,6 +139,54 @@ def test_python_m_dr_kernel_run_switches_a_script(tmp_path):
     assert out.stdout.split() == ["dr_kernel.dropin", "8", "True", "None", "True", "['--flag']"]
 
 
+SET_UP_PACKAGE = """
+import builtins
+if not getattr(builtins, "program_set_up", False):
+    raise ImportError("this package is set up by its program")
+"""
+
+SET_UP_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"])
+@triton.jit
+def double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+"""
+
+SET_UP_PROGRAM = """
+import builtins, json, warnings, torch, triton, dr_kernel
+builtins.program_set_up = True
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    dr_kernel.install(isolate=None)
+    from setup_pkg.kernels import double
+    x = torch.arange(100, dtype=torch.float32)
+    y = torch.empty_like(x)
+    double[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, y, 100)
+print(json.dumps({"right": bool(torch.equal(y, 2 * x)), "kept": dr_kernel.kept(), "evaluations": double.evaluations,
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def test_a_kernel_a_measuring_process_cannot_import_is_measured_in_the_program_not_handed_back(tmp_path):
+    # install(isolate=None) measures where a kernel can go, importing its module by name there; a
+    # package that only its program can import (mamba-ssm without its CUDA extension, imported as
+    # tests/library_takeover.py does) must still be tuned by dr_kernel, in the program's process.
+    (tmp_path / "setup_pkg").mkdir()
+    (tmp_path / "setup_pkg" / "__init__.py").write_text(SET_UP_PACKAGE)
+    (tmp_path / "setup_pkg" / "kernels.py").write_text(SET_UP_KERNEL)
+    (tmp_path / "prog.py").write_text(SET_UP_PROGRAM)
+    result = json.loads(_run(["prog.py"], tmp_path).stdout.strip().splitlines()[-1])
+    assert result["right"] and result["kept"] == [] and result["evaluations"] == 2
+    assert [w for w in result["warnings"] if "a measuring process could not set the kernel up" in w
+            and "this package is set up by its program" in w and "measured in this process" in w], result["warnings"]
+    assert not [w for w in result["warnings"] if "tuned by triton.autotune from now on" in w]
+
+
 def test_widen_searches_past_the_list_and_checks_each_config(tmp_path):
     script = """
 import json, torch, triton, dr_kernel

@@ -377,8 +377,8 @@ def _worker_main(conn, job: Job, device: str, settings: MeasureSettings) -> bool
         state = job.setup(device)
         timer = _Timer(device, settings.flush_bytes)
         reference = job.expected(state)
-    except Exception:  # noqa: BLE001 -- reported to the parent, which raises it there.
-        conn.send(("setup_error", traceback.format_exc()))
+    except Exception as error:  # noqa: BLE001 -- reported to the parent, which raises it there.
+        conn.send(("unavailable" if isinstance(error, JobUnavailable) else "setup_error", traceback.format_exc()))
         return False
     conn.send(("ready", None))
     while True:
@@ -529,6 +529,15 @@ class WorkerError(RuntimeError):
     """A measuring worker could not set up its job (a bad kernel or arguments): tuning cannot go on."""
 
 
+class JobUnavailable(Exception):
+    """Raised by a Job's setup where a measuring process cannot have the job at all (its kernel's
+    module does not import there), as opposed to a job that fails: it may run in the tuning process."""
+
+
+class WorkerUnavailable(WorkerError):
+    """A measuring worker could not have the job (JobUnavailable in its setup)."""
+
+
 class _SetupDied(WorkerError):
     """The measuring process died while setting up, without a Python error to blame."""
 
@@ -602,7 +611,7 @@ class MeasurePool:
         kind, payload = self._receive(worker, self.settings.timeout_s + 120)
         if kind != "ready":
             self._kill(worker)
-            error = _SetupDied if kind == "died" else WorkerError
+            error = {"died": _SetupDied, "unavailable": WorkerUnavailable}.get(kind, WorkerError)
             raise error(f"the measuring worker on {worker.device} could not set up the kernel:\n{payload}")
 
     def start(self) -> None:

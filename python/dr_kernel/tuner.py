@@ -53,7 +53,16 @@ from .checking import (
     tolerance,
     written,
 )
-from .measure import Job, MeasurePool, MeasureSettings, in_process, relative_error, visible_devices
+from .measure import (
+    Job,
+    JobUnavailable,
+    MeasurePool,
+    MeasureSettings,
+    WorkerUnavailable,
+    in_process,
+    relative_error,
+    visible_devices,
+)
 from .progress import Progress, verbose_from_env
 from .space import LAUNCH_OPTIONS, complete_options, config_dict, launchable, make_space, same_launch_key, split_config
 
@@ -150,7 +159,11 @@ class KernelJob(Job):
     def setup(self, device: str) -> Any:
         fn = self.fn
         if fn is None:  # In a measuring process: the kernel by name or by source, the arguments moved here.
-            fn = self._kernel()
+            try:
+                fn = self._kernel()
+            except Exception as error:  # noqa: BLE001 -- its module does not import here: say so.
+                raise JobUnavailable(f"the kernel's module does not import in a measuring process: "
+                                     f"{type(error).__name__}: {error}") from error
             pristine = {k: (v.to(device) if is_tensor(v) else v) for k, v in self.args.items()}
         else:
             pristine = dict(self.args)
@@ -555,6 +568,9 @@ class TunedKernel(TritonAutotuner):
         self.prune_configs_by = dict(prune_configs_by or {})
         self.reference, self.outputs = reference, list(outputs) if outputs else None
         self.db, self.settings, self.isolate = db, settings or MeasureSettings(), isolate
+        # Why a measuring process could not set this kernel up, once one could not (isolate=None
+        # then measures it in this process); None before.
+        self._measured_here: str | None = None
         if tolerance is not None:
             if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
                 raise ValueError(f"{self.__name__}: tolerance={tolerance!r}: give a relative error above 0 and below 1 "
@@ -905,6 +921,8 @@ class TunedKernel(TritonAutotuner):
         return True  # A kernel of __main__ or a notebook travels as its source (shipping.py).
 
     def _isolated(self) -> bool:
+        if self.isolate is None and self._measured_here is not None:
+            return False  # A measuring process could not set it up (_tune).
         if self._importable():
             unshippable = None
         else:  # Defined in __main__ or a notebook: it can still travel as its source.
@@ -1122,10 +1140,24 @@ class TunedKernel(TritonAutotuner):
         static stage a deferred tuning queued its compiles in (else one is made here). `gate`:
         a background re-tune's, through which every batch is timed (`gate(measure)`); without
         it the tuning waits for its turn among the process's tunings (hot.foreground_tuning)."""
-        if gate is None:
-            with hot.foreground_tuning():
-                return self._tune_now(nargs, kwargs, key, device, store_key, candidates, retune, stage, None)
-        return self._tune_now(nargs, kwargs, key, device, store_key, candidates, retune, stage, gate)
+        for attempt in range(2):
+            try:
+                if gate is None:
+                    with hot.foreground_tuning():
+                        return self._tune_now(nargs, kwargs, key, device, store_key, candidates, retune, stage, None)
+                return self._tune_now(nargs, kwargs, key, device, store_key, candidates, retune, stage, gate)
+            except WorkerUnavailable as error:
+                # isolate=None measures in a measuring process where the kernel can go, which imports
+                # its module by name: a module that imports only in this process (a package set up
+                # by the program, an __init__ that fails in a fresh process) cannot. Measured here
+                # instead, as a kernel that cannot go there is, rather than handed back to Triton.
+                if attempt or self.isolate is not None or self._measured_here is not None:
+                    raise
+                lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+                self._measured_here = lines[-1][:300] if lines else type(error).__name__  # The traceback's error.
+                warnings.warn(f"{self.__name__}: a measuring process could not set the kernel up "
+                              f"({self._measured_here}), so its configs are measured in this process", stacklevel=4)
+        raise AssertionError("unreachable")
 
     def _tune_now(self, nargs: dict, kwargs: dict, key: tuple, device: str, store_key: str,
                   candidates: list[dict], retune: tuple[int, dict] | None, stage, gate) -> dict:
