@@ -187,6 +187,39 @@ def test_a_kernel_a_measuring_process_cannot_import_is_measured_in_the_program_n
     assert not [w for w in result["warnings"] if "tuned by triton.autotune from now on" in w]
 
 
+OVERRUN_SCRIPT = """
+import json, torch, triton, triton.language as tl, dr_kernel
+
+
+# A partial sum per block, into a buffer its caller sizes for blocks of at least 64 (as mamba-ssm's
+# state passing backward does): a block of 32 writes past the buffer's end.
+@dr_kernel.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"])
+@triton.jit
+def partial_sums(x_ptr, sums_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(sums_ptr + tl.program_id(0), tl.sum(tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)))
+
+
+n = 4096
+x = torch.ones(n)
+sums = torch.zeros(triton.cdiv(n, 64))
+partial_sums[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, sums, n)
+rows = {str(c["BLOCK"]): m for c, m, _ in partial_sums.last_session.history}
+print(json.dumps({"best": partial_sums.best_config.kwargs, "sum": float(sums.sum()), "rows": rows}))
+"""
+
+
+def test_a_config_that_writes_past_its_arguments_memory_is_never_chosen(tmp_path):
+    # Every measured launch runs on copies followed by guard bytes: a config that changes them
+    # wrote outside its arguments (unguarded, into whatever memory follows: in the interpreter the
+    # heap, which aborted the program on mamba-ssm's scan widened), and is excluded.
+    (tmp_path / "overrun.py").write_text(OVERRUN_SCRIPT)
+    result = json.loads(_run(["overrun.py"], tmp_path).stdout.strip().splitlines()[-1])
+    assert result["best"] == {"BLOCK": 64} and result["sum"] == 4096.0
+    assert result["rows"]["32"]["status"] == "wrong" and "writes past the end of sums" in result["rows"]["32"]["error"]
+    assert result["rows"]["64"]["status"] == "ok"
+
+
 def test_widen_searches_past_the_list_and_checks_each_config(tmp_path):
     script = """
 import json, torch, triton, dr_kernel

@@ -52,18 +52,50 @@ def tolerance(dtype: Any) -> float:
     return _TOLERANCE.get(str(dtype).replace("torch.", ""), 0.0)
 
 
-def scratch_copies(arguments: Mapping[str, Any]) -> dict[str, Any]:
+# Each scratch copy's memory is followed by guard bytes set to GUARD_BYTE (guard_size of them):
+# a launch that changes them wrote past the end of the tensor, which a config outside a library's
+# list can do where the library sizes a buffer for its listed blocks (mamba-ssm's state passing
+# backward sizes a partial sum per 64 elements; a block of 32 writes twice as many), and which,
+# unguarded, lands in whatever memory follows.
+GUARD_BYTE = 0xA5
+
+
+def guard_size(nbytes: int) -> int:
+    """Guard bytes after a copy of `nbytes`: as many (an overrun by as many blocks again), at least
+    4 KiB, at most 16 MiB."""
+    return min(max(nbytes, 4096), 16 << 20)
+
+
+@dataclasses.dataclass
+class Guard:
+    """The guard bytes after one copied storage, and the arguments over that storage."""
+
+    names: list[str]
+    tail: Any  # uint8 tensor over the guard bytes
+
+    def broken(self) -> int:
+        """How many guard bytes a launch changed (they are set again)."""
+        changed = int((self.tail != GUARD_BYTE).sum())
+        if changed:
+            self.tail.fill_(GUARD_BYTE)
+        return changed
+
+
+def scratch_copies(arguments: Mapping[str, Any], guards: list[Guard] | None = None) -> dict[str, Any]:
     """Returns the arguments with every tensor replaced by a copy on the same device.
 
     Tensors that share memory in the caller (views of one buffer, the same tensor passed twice
     for an in-place kernel) share memory in the copy too: each underlying storage is copied once
-    and every tensor becomes the same view of the copy.
+    and every tensor becomes the same view of the copy. With `guards`, each copy is followed by
+    guard bytes (guard_size), each appended to `guards`; not where a library has replaced
+    PyTorch's operators (uses_own_ops), whose copies stay as large as the caller's.
     """
     import torch
 
     storages: dict[tuple, Any] = {}
+    guarded: dict[tuple, Guard] = {}
 
-    def copy(tensor):
+    def copy(name, tensor):
         storage = tensor.untyped_storage()
         key = (str(tensor.device), storage.data_ptr())
         if key not in storages:
@@ -71,8 +103,18 @@ def scratch_copies(arguments: Mapping[str, Any]) -> dict[str, Any]:
                 clone = torch.empty(storage.nbytes(), dtype=torch.uint8, device=tensor.device)
                 _ops().copy_bytes(clone, _bytes(tensor))
                 storages[key] = clone.untyped_storage()
+            elif guards is not None:
+                size = storage.nbytes()
+                clone = torch.empty(size + guard_size(size), dtype=torch.uint8, device=tensor.device)
+                clone[:size].copy_(_bytes(tensor))
+                clone[size:].fill_(GUARD_BYTE)
+                storages[key] = clone.untyped_storage()
+                guarded[key] = Guard([], clone[size:])
+                guards.append(guarded[key])
             else:
                 storages[key] = storage.clone()
+        if key in guarded:
+            guarded[key].names.append(name)
         view = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
         return view.set_(storages[key], tensor.storage_offset(), tensor.size(), tensor.stride())
 
@@ -82,9 +124,9 @@ def scratch_copies(arguments: Mapping[str, Any]) -> dict[str, Any]:
         if tensor is None:
             out[name] = value
         elif tensor is value:
-            out[name] = copy(value)
+            out[name] = copy(name, value)
         else:  # A descriptor: the same descriptor over the copy (a hook may change its block shape).
-            out[name] = dataclasses.replace(value, base=copy(tensor))
+            out[name] = dataclasses.replace(value, base=copy(name, tensor))
     return out
 
 
@@ -94,10 +136,12 @@ def restore(scratch: Mapping[str, Any], pristine: Mapping[str, Any], names: Iter
         tensor = tensor_of(scratch[name])
         if tensor is None:
             continue
+        source = _bytes(tensor_of(pristine[name]))
+        target = _bytes(tensor)[:source.numel()]  # Not its guard bytes (scratch_copies).
         if uses_own_ops(tensor):
-            _ops().copy_bytes(_bytes(tensor), _bytes(tensor_of(pristine[name])))
+            _ops().copy_bytes(target, source)
         else:
-            _bytes(tensor).copy_(_bytes(tensor_of(pristine[name])))
+            target.copy_(source)
 
 
 def snapshot(tensor):

@@ -167,7 +167,9 @@ class KernelJob(Job):
             pristine = {k: (v.to(device) if is_tensor(v) else v) for k, v in self.args.items()}
         else:
             pristine = dict(self.args)
-        state = {"fn": fn, "pristine": pristine, "scratch": scratch_copies(pristine), "outputs": self.outputs_names,
+        guards: list = []
+        state = {"fn": fn, "pristine": pristine, "scratch": scratch_copies(pristine, guards), "guards": guards,
+                 "outputs": self.outputs_names,
                  "expected": None, "checked": self.check_results, "note": None}
         if self.reference is not None or self.reference_outputs is not None:  # The user's reference.
             if self.reference is not None:
@@ -320,6 +322,11 @@ class KernelJob(Job):
 
     def check(self, state: Any, outs: list, reference: list | None, settings: MeasureSettings
               ) -> tuple[float, str | None]:
+        overrun = [(g.names, n) for g in state.get("guards", ()) if (n := g.broken())]
+        if overrun:  # Never chosen, whatever its outputs: it writes memory that is not its arguments'.
+            names, n = overrun[0]
+            return math.inf, (f"it writes past the end of {', '.join(names)} ({n} of the guard bytes after "
+                              "its memory changed)")
         if reference is None and self.probe_first and state["checked"] and state["expected"] is None:
             if not self._writes_everything(state):
                 names = ", ".join(state["outputs"])
