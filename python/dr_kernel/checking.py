@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # Largest relative L2 difference between two configs' outputs that is rounding, by output dtype.
@@ -73,12 +73,21 @@ class Guard:
     names: list[str]
     tail: Any  # uint8 tensor over the guard bytes
 
-    def broken(self) -> int:
-        """How many guard bytes a launch changed (they are set again)."""
-        changed = int((self.tail != GUARD_BYTE).sum())
-        if changed:
-            self.tail.fill_(GUARD_BYTE)
-        return changed
+
+def overruns(guards: Sequence[Guard]) -> list[tuple[list[str], int]]:
+    """(argument names, guard bytes changed) for each guard a launch changed, counted with one wait
+    for the device; those guards are set again."""
+    if not guards:
+        return []
+    import torch
+
+    counts = torch.stack([(g.tail != GUARD_BYTE).sum().to(guards[0].tail.device) for g in guards]).tolist()
+    out = []
+    for guard, count in zip(guards, counts, strict=True):
+        if count:
+            guard.tail.fill_(GUARD_BYTE)
+            out.append((guard.names, int(count)))
+    return out
 
 
 def scratch_copies(arguments: Mapping[str, Any], guards: list[Guard] | None = None) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from .checking import (
     difference,
     is_tensor,
     majority,
+    overruns,
     poison,
     restore,
     scratch_copies,
@@ -322,7 +323,7 @@ class KernelJob(Job):
 
     def check(self, state: Any, outs: list, reference: list | None, settings: MeasureSettings
               ) -> tuple[float, str | None]:
-        overrun = [(g.names, n) for g in state.get("guards", ()) if (n := g.broken())]
+        overrun = overruns(state.get("guards", ()))
         if overrun:  # Never chosen, whatever its outputs: it writes memory that is not its arguments'.
             names, n = overrun[0]
             return math.inf, (f"it writes past the end of {', '.join(names)} ({n} of the guard bytes after "
