@@ -192,7 +192,7 @@ import json, torch, triton, triton.language as tl, dr_kernel
 
 
 # A partial sum per block, into a buffer its caller sizes for blocks of at least 64 (as mamba-ssm's
-# state passing backward does): a block of 32 writes past the buffer's end.
+# chunk scan backward sizes one for its list's smallest block): a block of 32 writes past its end.
 @dr_kernel.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 64)], key=["n"])
 @triton.jit
 def partial_sums(x_ptr, sums_ptr, n, BLOCK: tl.constexpr):

@@ -54,9 +54,9 @@ def tolerance(dtype: Any) -> float:
 
 # Each scratch copy's memory is followed by guard bytes set to GUARD_BYTE (guard_size of them):
 # a launch that changes them wrote past the end of the tensor, which a config outside a library's
-# list can do where the library sizes a buffer for its listed blocks (mamba-ssm's state passing
-# backward sizes a partial sum per 64 elements; a block of 32 writes twice as many), and which,
-# unguarded, lands in whatever memory follows.
+# list can do where the library sizes a buffer for its listed blocks (mamba-ssm's chunk scan
+# backward keeps partial sums per 32 rows, its list's smallest block; widening's 16 writes twice
+# as many), and which, unguarded, lands in whatever memory follows.
 GUARD_BYTE = 0xA5
 
 
