@@ -4,14 +4,15 @@ dr_kernel's drop-in (install(), no edit of the library), on the GPU.
     python3 benchmarks/library_bench.py --out DIR [--ops gems_layer_norm,...] [--modes stock,dr,widen,ceiling] [--warm]
 
 Each (op, mode) runs in a fresh process with a fresh Triton cache and a fresh results store, so
-every first call compiles and tunes from nothing. Mode `floor` keeps only each list's first
-config (nothing is timed): first call minus floor is what tuning cost. An op is one forward and
-one backward at an LLM shape (bf16, 8192 tokens); GemLite's two (not in the default list: an
-inference library) are one forward, of 8192 tokens or of one. Per run: the first call's wall time (inputs
-ready, synchronised), then the steady-state step (median of 50 timed steps after 10 warm-ups,
-CUDA events) and its GPU time (the summed durations of its kernels, profiler, median of 20
-steps), how many of the library's autotuned kernels dr_kernel took over and how many it handed
-back. Mode `defer` is dr with install(defer=True): the first call launches each list's first
+every first call compiles and tunes from nothing. Mode `floor` keeps only each list's first config
+(nothing is timed): first call minus floor is what tuning cost. An op is one forward and one
+backward at an LLM shape (bf16, 8192 tokens); GemLite's two (not in the default list: an inference
+library) are one forward, of 8192 tokens or of one; mamba-ssm's Mamba2 scan (`mamba2_ssd`, not in
+the default list until it has run on a GPU) is one forward and backward of 8192 tokens. Per run: the
+first call's wall time (inputs ready, synchronised), then the steady-state step (median of 50 timed
+steps after 10 warm-ups, CUDA events) and its GPU time (the summed durations of its kernels,
+profiler, median of 20 steps), how many of the library's autotuned kernels dr_kernel took over and
+how many it handed back. Mode `defer` is dr with install(defer=True): the first call launches each list's first
 config while the lists compile, and each key is tuned on a later call; after the first call the
 op's steps run (each synchronised) until no tuning is pending, and the row says how long that took
 (`settle_s`, `settle_steps`) and what those steps cost beyond as many steady ones (`pause_s`).
