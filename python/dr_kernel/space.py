@@ -112,7 +112,7 @@ def launchable(config: Mapping[str, Any]) -> dict:
     return dict(config)
 
 
-def same_launch_key(config: Mapping[str, Any]) -> tuple:
+def config_key(config: Mapping[str, Any]) -> tuple:
     """A key under which two config dicts that launch alike are equal: a launch option at its
     default counts as unset (complete_options adds such entries)."""
     return tuple(sorted((k, v) for k, v in config.items()

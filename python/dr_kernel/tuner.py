@@ -65,7 +65,7 @@ from .measure import (
     visible_devices,
 )
 from .progress import Progress, verbose_from_env
-from .space import LAUNCH_OPTIONS, complete_options, config_dict, launchable, make_space, same_launch_key, split_config
+from .space import LAUNCH_OPTIONS, complete_options, config_dict, config_key, launchable, make_space, split_config
 
 # Keyword arguments Triton's launch path passes down that are not kernel arguments.
 _LAUNCH_KWARGS = ("grid", "warmup")
@@ -369,10 +369,6 @@ class KernelJob(Job):
 
 def written_outputs(state: dict) -> list[str]:
     return written(state["scratch"], state["pristine"])
-
-
-def config_key(config: Mapping[str, Any]) -> tuple:
-    return same_launch_key(config)
 
 
 # Lists of up to this many configs are measured whole; longer ones are searched (TunedKernel._budget).
@@ -1148,24 +1144,26 @@ class TunedKernel(TritonAutotuner):
         static stage a deferred tuning queued its compiles in (else one is made here). `gate`:
         a background re-tune's, through which every batch is timed (`gate(measure)`); without
         it the tuning waits for its turn among the process's tunings (hot.foreground_tuning)."""
-        for attempt in range(2):
-            try:
-                if gate is None:
-                    with hot.foreground_tuning():
-                        return self._tune_now(nargs, kwargs, key, device, store_key, candidates, retune, stage, None)
-                return self._tune_now(nargs, kwargs, key, device, store_key, candidates, retune, stage, gate)
-            except WorkerUnavailable as error:
-                # isolate=None measures in a measuring process where the kernel can go, which imports
-                # its module by name: a module that imports only in this process (a package set up
-                # by the program, an __init__ that fails in a fresh process) cannot. Measured here
-                # instead, as a kernel that cannot go there is, rather than handed back to Triton.
-                if attempt or self.isolate is not None or self._measured_here is not None:
-                    raise
-                lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-                self._measured_here = lines[-1][:300] if lines else type(error).__name__  # The traceback's error.
-                warnings.warn(f"{self.__name__}: a measuring process could not set the kernel up "
-                              f"({self._measured_here}), so its configs are measured in this process", stacklevel=4)
-        raise AssertionError("unreachable")
+        def tune():
+            if gate is None:
+                with hot.foreground_tuning():
+                    return self._tune_now(nargs, kwargs, key, device, store_key, candidates, retune, stage, None)
+            return self._tune_now(nargs, kwargs, key, device, store_key, candidates, retune, stage, gate)
+
+        try:
+            return tune()
+        except WorkerUnavailable as error:
+            # isolate=None measures in a measuring process where the kernel can go, which imports
+            # its module by name: a module that imports only in this process (a package set up by
+            # the program, an __init__ that fails in a fresh process) cannot. Measured here instead,
+            # as a kernel that cannot go there is, rather than handed back to Triton.
+            if self.isolate is not None or self._measured_here is not None:
+                raise
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            self._measured_here = lines[-1][:300] if lines else type(error).__name__  # The traceback's error.
+            warnings.warn(f"{self.__name__}: a measuring process could not set the kernel up "
+                          f"({self._measured_here}), so its configs are measured in this process", stacklevel=3)
+        return tune()
 
     def _tune_now(self, nargs: dict, kwargs: dict, key: tuple, device: str, store_key: str,
                   candidates: list[dict], retune: tuple[int, dict] | None, stage, gate) -> dict:
