@@ -10,11 +10,15 @@ Each kernel is a pattern seen in real libraries:
 - atomic_sum: atomic_add of partial sums into a zeroed output (reset_to_zero);
 - inplace_add: y += x in place (restore_value);
 - hooked: a Config.pre_hook and an autotune pre_hook that zero a buffer;
-- pruned: prune_configs_by with early_config_prune and perf_model/top_k.
+- pruned: prune_configs_by with early_config_prune and perf_model/top_k;
+- recorded_sum: a library's own subclass of Triton's Autotuner, built by its own decorator (not
+  triton.autotune), which launches a config the library recorded for a key (fla's config files)
+  and benchmarks its list for other keys; its reset_to_zero names an optional output, None here.
 """
 
 import triton
 import triton.language as tl
+from triton.runtime.autotuner import Autotuner
 
 BLOCKS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (16, 32, 64) for w in (1, 2)]
 PRUNE_CALLS = []
@@ -119,3 +123,45 @@ def pruned(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 def bad_argument(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+# The library's recorded configs (fla keeps them in JSON files per GPU), by Triton's key: the key
+# arguments, then each tensor argument's dtype.
+RECORDED = {(160, "torch.float32", "torch.float32"): triton.Config({"BLOCK": 64})}
+
+
+class RecordedAutotuner(Autotuner):
+    """Written as fla writes its CachedAutotuner: its own hooks, None-safe (Triton 3.6's reset of
+    a reset_to_zero argument that is None fails), and a recorded config before any benchmarking."""
+
+    def __init__(self, fn, arg_names, configs, key, reset_to_zero, restore_value, **kwargs):
+        super().__init__(fn, arg_names, configs, key, reset_to_zero, restore_value, **kwargs)
+
+        def pre_hook(nargs, reset_only=False):
+            for name in self.reset_to_zero:
+                if nargs[name] is not None:
+                    nargs[name].zero_()
+
+        self.pre_hook = pre_hook
+
+    def run(self, *args, **kwargs):
+        named = {**dict(zip(self.arg_names, args, strict=False)), **kwargs}
+        key = (*(named[k] for k in self.keys), *(str(v.dtype) for v in named.values() if hasattr(v, "dtype")))
+        if key in RECORDED:
+            self.cache[key] = RECORDED[key]
+        return super().run(*args, **kwargs)
+
+
+def recorded_autotune(configs, key, reset_to_zero=None):
+    return lambda fn: RecordedAutotuner(fn, fn.arg_names, configs, key, reset_to_zero, None)
+
+
+@recorded_autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["n"],
+                   reset_to_zero=["out_ptr", "max_ptr"])
+@triton.jit
+def recorded_sum(x_ptr, out_ptr, max_ptr, n, BLOCK: tl.constexpr, HAS_MAX: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.atomic_add(out_ptr, tl.sum(x, axis=0))
+    if HAS_MAX:
+        tl.atomic_max(max_ptr, tl.max(x, axis=0))

@@ -155,6 +155,25 @@ out["pruned"] = {"ours_ok": bool(torch.allclose(o, x[:20] - 1)), "stock_prune_ca
                  "our_best": ours.pruned.best_config.kwargs["BLOCK"]}
 
 
+def recorded(m):
+    sums, acc = [], torch.zeros(1)
+    for size in (n, n, 160):  # Tuned, then launched again (no reset, as in Triton), then the recorded key.
+        if size == 160:
+            acc = torch.zeros(1)
+        m.recorded_sum[grid1(size)](x, acc, None, size, HAS_MAX=False)
+        sums.append(float(acc[0]))
+    return sums, m.recorded_sum.best_config.kwargs["BLOCK"]
+
+
+(s, s_block), (o, o_block) = both("recorded", recorded)
+tuner = getattr(ours.recorded_sum, "_dr_kernel", None)
+out["recorded"] = {"stock": s, "ours": o, "sums": [float(x.sum()), 2 * float(x.sum()), float(x[:160].sum())],
+                   "stock_block": s_block, "our_block": o_block,
+                   "evaluations": tuner.evaluations if tuner is not None else None,
+                   "statuses": tuner.last_session.statuses() if tuner is not None else None,
+                   "stock_taken": hasattr(stock.recorded_sum, "_dr_kernel")}
+
+
 def bad(m):
     try:
         m.bad_argument[grid1(n)](x.tolist(), torch.empty(n), n)
@@ -170,6 +189,23 @@ out["bad"] = {"stock": s, "ours": o, "warnings": [str(w.message) for w in caught
               "kept": dr_kernel.kept()}
 
 
+def recorded_bad(m):  # The same user's error on a library's own autotuner: handed back to it.
+    try:
+        m.recorded_sum[grid1(n + 1)](x.tolist(), torch.zeros(1), None, n + 1, HAS_MAX=False)
+    except Exception as error:  # noqa: BLE001
+        return type(error).__name__
+    return None
+
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    s, o = both("recorded_bad", recorded_bad)
+out["recorded_bad"] = {"stock": s, "ours": o,
+                       "warnings": [str(w.message) for w in caught if "dr_kernel" in str(w.message)],
+                       "kept": [k for k, _ in dr_kernel.kept() if "recorded_sum" in k],
+                       "taken": [k for k in dr_kernel.taken_over() if "recorded_sum" in k]}
+
+
 def measured_in_another_process(kernel):
     while not hasattr(kernel, "last_session"):
         kernel = kernel.fn
@@ -179,4 +215,6 @@ def measured_in_another_process(kernel):
 out["isolated"] = sorted(name for name in ("heuristics_above", "heuristics_below", "tril_blocks", "atomic_sum",
                                            "inplace_add", "hooked", "pruned")
                          if measured_in_another_process(getattr(ours, name)))
+if tuner is not None and tuner._isolated():
+    out["isolated"] = sorted([*out["isolated"], "recorded_sum"])
 print(json.dumps(out))

@@ -94,6 +94,20 @@ if mode == "count":
         return decorator
 
     triton.autotune = triton.runtime.autotune = triton.runtime.autotuner.autotune = counting
+    # A library's own subclass of Triton's Autotuner, constructed by the library's decorator
+    # (fla's fla_cache_autotune), never passes through triton.autotune: counted as it is built.
+    stock_init = triton.runtime.autotuner.Autotuner.__init__
+
+    def counting_init(self, fn, *args, **kwargs):
+        stock_init(self, fn, *args, **kwargs)
+        if type(self) is not triton.runtime.autotuner.Autotuner:
+            base = fn
+            while hasattr(base, "fn"):
+                base = base.fn
+            decorated.append(f"{base.__module__}.{base.__qualname__} "
+                             f"({type(self).__module__}.{type(self).__qualname__})")
+
+    triton.runtime.autotuner.Autotuner.__init__ = counting_init
 else:
     dr_kernel.install(widen=False, defer=mode == "defer")
 
@@ -171,6 +185,18 @@ elif mode in ("ours", "defer") and library == "liger-fla":
         out["calls"], out["pending_at_end"] = calls, len(dr_kernel.pending_tunings())
     s = torch.randn(2, 300, 4, generator=g)
     out["cumsum"] = float((chunk_global_cumsum(s) - s.cumsum(1)).abs().max())
+    if mode == "ours":
+        # fla's L2 norm: its two kernels' autotuners are fla's own (fla_cache_autotune).
+        from fla.modules.norm.l2norm import l2norm, l2norm_bwd_kernel, l2norm_fwd_kernel
+
+        x2 = torch.randn(300, 64, generator=g, requires_grad=True)
+        dy2 = torch.randn(300, 64, generator=g)
+        y2 = l2norm(x2)
+        ref2 = torch.nn.functional.normalize(x2, dim=-1, eps=1e-6)
+        grad2, ref_grad2 = (torch.autograd.grad(t, (x2,), dy2)[0] for t in (y2, ref2))
+        out["l2norm"] = {"forward": float((y2 - ref2).abs().max()), "backward": float((grad2 - ref_grad2).abs().max()),
+                         "evaluations": [k._dr_kernel.evaluations for k in (l2norm_fwd_kernel, l2norm_bwd_kernel)]}
+
     def tuned(name):
         kernel = getattr(sys.modules[name.rsplit(".", 1)[0]], name.rsplit(".", 1)[1])
         while not hasattr(kernel, "evaluations"):  # Under a @triton.heuristics.

@@ -34,12 +34,13 @@ def test_with_isolate_none_every_kernel_without_the_callers_hooks_is_measured_in
     # Kernels with heuristics above or below, reset_to_zero, restore_value and prune_configs_by
     # travel (by module name, the tuner found below whatever wraps it); pre-hooks are the
     # caller's functions and run where the caller runs.
-    expected = ["atomic_sum", "heuristics_above", "heuristics_below", "inplace_add", "pruned", "tril_blocks"]
+    expected = ["atomic_sum", "heuristics_above", "heuristics_below", "inplace_add", "pruned", "recorded_sum",
+                "tril_blocks"]
     assert patterns["isolated"] == (expected if patterns["mode"] == "isolated" else [])
 
 
 def test_every_decorated_kernel_is_taken_over_and_stays_an_autotuner(patterns):
-    assert len(patterns["taken_over"]) == 8
+    assert len(patterns["taken_over"]) == 9
     assert patterns["our_type"] == "Autotuner" and patterns["stock_type"] == "Autotuner"
 
 
@@ -48,6 +49,24 @@ def test_heuristics_above_or_below_autotune(patterns, stacking):
     result = patterns[stacking]
     assert result["stock_ok"] and result["ours_ok"]
     assert result["statuses"] == {"ok": 6}  # Every config ran and agreed with the first.
+
+
+def test_a_librarys_own_autotuner_subclass_is_taken_over_and_its_recorded_configs_kept(patterns):
+    # Built by the library's decorator, not triton.autotune (fla's fla_cache_autotune): its list is
+    # tuned by dr_kernel, the reset of an optional output that is None skipped (the subclass's own
+    # hook does the same for Triton), and the config it recorded for a key launched untimed.
+    result = patterns["recorded"]
+    assert "autotune_kernels.recorded_sum (autotune_kernels.RecordedAutotuner)" in patterns["taken_over"]
+    assert result["evaluations"] == 3 and result["statuses"] == {"ok": 3}
+    assert result["ours"] == pytest.approx(result["stock"], rel=1e-5)
+    assert result["ours"] == pytest.approx(result["sums"], rel=1e-4)  # One sum, then two, then the recorded key's.
+    assert result["our_block"] == result["stock_block"] == 64  # The recorded config, not a tuned one.
+    assert not result["stock_taken"]  # Made after uninstall(): Triton's.
+    # A user's error on it: raised as its own autotuner raises it, which tunes the kernel from then on.
+    bad = patterns["recorded_bad"]
+    assert bad["ours"] == bad["stock"] == "InterpreterError"
+    assert len(bad["warnings"]) == 1 and "is tuned by its own autotuner from now on" in bad["warnings"][0]
+    assert bad["kept"] == ["autotune_kernels.recorded_sum (autotune_kernels.RecordedAutotuner)"] and bad["taken"] == []
 
 
 def test_partial_writes_compare_only_what_both_configs_define(patterns):
@@ -124,9 +143,9 @@ def test_environment_variable_switches_a_program_without_editing_it(tmp_path):
     (tmp_path / "prog.py").write_text(SCRIPT)
     out = _run(["prog.py", "a"], tmp_path, DR_KERNEL_AUTOTUNE="1")
     # Within the lists and in the program's process by default.
-    assert out.stdout.split() == ["dr_kernel.dropin", "8", "False", "False", "False", "['a']"]
+    assert out.stdout.split() == ["dr_kernel.dropin", "9", "False", "False", "False", "['a']"]
     out = _run(["prog.py", "a"], tmp_path, DR_KERNEL_AUTOTUNE="widen,isolate,defer")
-    assert out.stdout.split() == ["dr_kernel.dropin", "8", "True", "None", "True", "['a']"]
+    assert out.stdout.split() == ["dr_kernel.dropin", "9", "True", "None", "True", "['a']"]
     out = _run(["prog.py", "a"], tmp_path)
     assert out.stdout.split()[:2] == ["triton.runtime.autotuner", "0"]
 
@@ -134,9 +153,9 @@ def test_environment_variable_switches_a_program_without_editing_it(tmp_path):
 def test_python_m_dr_kernel_run_switches_a_script(tmp_path):
     (tmp_path / "prog.py").write_text(SCRIPT)
     out = _run(["-m", "dr_kernel", "run", "prog.py", "--flag"], tmp_path)
-    assert out.stdout.split() == ["dr_kernel.dropin", "8", "False", "False", "False", "['--flag']"]
+    assert out.stdout.split() == ["dr_kernel.dropin", "9", "False", "False", "False", "['--flag']"]
     out = _run(["-m", "dr_kernel", "run", "--isolate", "--widen", "--defer", "prog.py", "--flag"], tmp_path)
-    assert out.stdout.split() == ["dr_kernel.dropin", "8", "True", "None", "True", "['--flag']"]
+    assert out.stdout.split() == ["dr_kernel.dropin", "9", "True", "None", "True", "['--flag']"]
 
 
 SET_UP_PACKAGE = """

@@ -32,6 +32,9 @@ class Autotuner(TunedKernel):
     (with one warning) if dr_kernel fails on it: dr_kernel never raises where Triton would not."""
 
     fallback: Callable[[], object] | None = None
+    # The name switch.py lists the kernel under, and what the fallback is, for the warning.
+    switch_name: str | None = None
+    fallback_name = "triton.autotune"
     _stock = None
 
     def run(self, *args, **kwargs):
@@ -56,9 +59,9 @@ class Autotuner(TunedKernel):
     def _hand_back(self, reason: str) -> None:
         from . import switch
 
-        name = f"{getattr(self.base_fn, '__module__', '?')}.{self.__name__}"
-        warnings.warn(f"dr_kernel: {name} is tuned by triton.autotune from now on ({' '.join(reason.split())[:500]})",
-                      stacklevel=4)
+        name = self.switch_name or f"{getattr(self.base_fn, '__module__', '?')}.{self.__name__}"
+        warnings.warn(f"dr_kernel: {name} is tuned by {self.fallback_name} from now on "
+                      f"({' '.join(reason.split())[:500]})", stacklevel=4)
         switch.note_kept(name, reason)
         self._stock = self.fallback()
 

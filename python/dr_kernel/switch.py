@@ -7,9 +7,15 @@
 or, with no change to the program at all: ``DR_KERNEL_AUTOTUNE=1 python train.py`` (the package
 installs a start-up hook that reads the variable), or ``python -m dr_kernel run train.py ...``.
 
+Some libraries decorate with an autotuner of their own, a subclass of Triton's `Autotuner` that
+they construct themselves (fla's `fla_cache_autotune`, which first looks for a config in its own
+files): such a kernel never passes through triton.autotune. While installed, every instance of
+such a subclass is taken over too: its launches that would benchmark the list go to dr_kernel,
+and a config the subclass put in its own `cache` (its files' answer) is launched as Triton would.
+
 Kernels decorated before install() keep Triton's autotuner. A kernel dr_kernel cannot take (its
 decorator arguments are not understood) or fails on later keeps or returns to the library's own
-triton.autotune, with one warning naming it and the reason; the program never sees an exception
+autotuner, with one warning naming it and the reason; the program never sees an exception
 that Triton would not raise. `taken_over()` and `kept()` say which kernels went which way.
 """
 
@@ -21,7 +27,9 @@ import warnings
 from contextlib import contextmanager
 
 _LOCK = threading.Lock()
-_STATE: dict = {"original": None, "options": {}}
+# "original": triton.autotune before install(); "init" and "run": Triton's Autotuner.__init__ and
+# .run, which install() wraps for libraries' subclasses of Autotuner.
+_STATE: dict = {"original": None, "options": {}, "init": None, "run": None}
 _TAKEN: list[str] = []
 _KEPT: list[tuple[str, str]] = []
 
@@ -45,9 +53,12 @@ def install(*, widen: bool = False, max_evals: int | None = None, strategy: str 
     with _LOCK:
         if _STATE["original"] is None:
             _STATE["original"] = autotuner.autotune
+        if _STATE["init"] is None:
+            _STATE["init"], _STATE["run"] = autotuner.Autotuner.__init__, autotuner.Autotuner.run
         _STATE["options"] = {"widen": widen, "max_evals": max_evals, "strategy": strategy, "db": db, "seed": seed,
                              "isolate": isolate, "defer": defer}
         triton.autotune = triton.runtime.autotune = autotuner.autotune = _autotune
+        autotuner.Autotuner.__init__, autotuner.Autotuner.run = _subclass_init, _subclass_run
 
 
 def uninstall() -> None:
@@ -61,6 +72,10 @@ def uninstall() -> None:
         if original is not None:
             triton.autotune = triton.runtime.autotune = autotuner.autotune = original
             _STATE["original"] = None
+        # Instances of libraries' subclasses made meanwhile keep dr_kernel (their run is still
+        # wrapped); those made from now on are Triton's.
+        if _STATE["init"] is not None:
+            autotuner.Autotuner.__init__ = _STATE["init"]
 
 
 @contextmanager
@@ -118,6 +133,79 @@ def _autotune(configs, key, **kwargs):
         return kernel
 
     return decorator
+
+
+def _subclass_init(self, fn, arg_names, configs, key, reset_to_zero, restore_value, pre_hook=None, post_hook=None,
+                   prune_configs_by=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None,
+                   cache_results=False):
+    """Triton's Autotuner.__init__ while installed (its signature in Triton 3.6): the library's
+    subclass of Autotuner is built as it would be, then given a dr_kernel tuner of the same list,
+    which its launches use (_subclass_run). Triton's own Autotuner (triton.autotune's stock
+    fallback) and dr_kernel's are left alone."""
+    from .tuner import TunedKernel
+
+    _STATE["init"](self, fn, arg_names, configs, key, reset_to_zero, restore_value, pre_hook=pre_hook,
+                   post_hook=post_hook, prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
+                   use_cuda_graph=use_cuda_graph, do_bench=do_bench, cache_results=cache_results)
+    import triton.runtime.autotuner as autotuner
+
+    if type(self) is autotuner.Autotuner or isinstance(self, TunedKernel) or not is_installed():
+        return
+    from .dropin import autotune
+
+    name = f"{_name(fn)} ({type(self).__module__}.{type(self).__qualname__})"
+    # A subclass that prunes, times or caches its own way would lose that to dr_kernel's tuning.
+    own = [m for m in ("prune_configs", "_bench", "do_bench", "check_disk_cache")
+           if getattr(type(self), m) is not getattr(autotuner.Autotuner, m)]
+    if own:
+        reason = f"its class has its own {', '.join(own)}, which dr_kernel's tuning would bypass"
+        warnings.warn(f"dr_kernel: {name} stays with its own autotuner ({reason})", stacklevel=3)
+        note_kept(name, reason)
+        return
+    try:
+        tuner = autotune(configs, key, prune_configs_by=prune_configs_by, reset_to_zero=reset_to_zero,
+                         restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, warmup=warmup, rep=rep,
+                         use_cuda_graph=use_cuda_graph, do_bench=do_bench, cache_results=cache_results,
+                         **_STATE["options"])(fn)
+    except Exception as error:  # noqa: BLE001 -- the library's own autotuner keeps the kernel.
+        reason = f"{type(error).__name__}: {error}"
+        warnings.warn(f"dr_kernel: {name} stays with its own autotuner ({reason})", stacklevel=3)
+        note_kept(name, reason)
+        return
+    tuner.fallback = lambda: _OwnAutotuner(self)
+    tuner.switch_name, tuner.fallback_name = name, "its own autotuner"
+    self._dr_kernel = tuner
+    with _LOCK:
+        _TAKEN.append(name)
+
+
+def _subclass_run(self, *args, **kwargs):
+    """Triton's Autotuner.run while installed: for a library's subclass taken over, the launch
+    goes through its dr_kernel tuner, unless the subclass has put a config for the call's key in
+    its own `cache` (a config file's answer): that one is launched as Triton would launch it."""
+    tuner = self.__dict__.get("_dr_kernel")
+    if tuner is None:
+        return _STATE["run"](self, *args, **kwargs)
+    if self.cache and tuner.key_of({**dict(zip(self.arg_names, args, strict=False)), **kwargs}) in self.cache:
+        return _STATE["run"](self, *args, **kwargs)
+    try:
+        return tuner.run(*args, **kwargs)
+    finally:
+        self.best_config = tuner.best_config  # What wrappers read after a launch.
+
+
+class _OwnAutotuner:
+    """A taken-over subclass's own tuning, for dr_kernel's hand-back: Triton's Autotuner.run on it."""
+
+    def __init__(self, tuner):
+        self.tuner = tuner
+
+    def run(self, *args, **kwargs):
+        return _STATE["run"](self.tuner, *args, **kwargs)
+
+    @property
+    def best_config(self):
+        return getattr(self.tuner, "best_config", None)
 
 
 def _name(fn) -> str:

@@ -227,7 +227,8 @@ class KernelJob(Job):
         else:
             restore(state["scratch"], state["pristine"], self.restore_value)
             for name in self.reset_to_zero:
-                state["scratch"][name].zero_()
+                if state["scratch"][name] is not None:  # An optional output left out (as Triton 3.7 skips it).
+                    state["scratch"][name].zero_()
 
     def after_launch(self, state: Any, config: dict) -> None:
         if self.post_hook is not None:
@@ -745,7 +746,8 @@ class TunedKernel(TritonAutotuner):
             self.pre_hook(full, reset_only=True)
         else:
             for name in self.reset_to_zero:
-                full[name].zero_()
+                if full[name] is not None:
+                    full[name].zero_()
 
     def warmup(self, *args, **kwargs):
         nargs = dict(zip(self.arg_names, args, strict=False))
