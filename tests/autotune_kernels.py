@@ -11,6 +11,9 @@ Each kernel is a pattern seen in real libraries:
 - inplace_add: y += x in place (restore_value);
 - hooked: a Config.pre_hook and an autotune pre_hook that zero a buffer;
 - pruned: prune_configs_by with early_config_prune and perf_model/top_k;
+- block_sums: one partial sum per block into a buffer sized for the list's smallest block, which
+  its library sums as far as the chosen config's blocks go (`block_sums.best_config`, as mamba-ssm
+  does): configs write different elements, none wrongly;
 - recorded_sum: a library's own subclass of Triton's Autotuner, built by its own decorator (not
   triton.autotune), which launches a config the library recorded for a key (fla's config files)
   and benchmarks its list for other keys; its reset_to_zero names an optional output, None here.
@@ -165,3 +168,19 @@ def recorded_sum(x_ptr, out_ptr, max_ptr, n, BLOCK: tl.constexpr, HAS_MAX: tl.co
     tl.atomic_add(out_ptr, tl.sum(x, axis=0))
     if HAS_MAX:
         tl.atomic_max(max_ptr, tl.max(x, axis=0))
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["n"])
+@triton.jit
+def block_sums(x_ptr, partial_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(partial_ptr + tl.program_id(0), tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0.0), axis=0))
+
+
+def sum_by_blocks(x):
+    import torch
+
+    n = x.numel()
+    partial = torch.empty(triton.cdiv(n, 16))  # As many as the smallest block makes.
+    block_sums[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, partial, n)
+    return partial[:triton.cdiv(n, block_sums.best_config.kwargs["BLOCK"])].sum()

@@ -155,6 +155,12 @@ out["pruned"] = {"ours_ok": bool(torch.allclose(o, x[:20] - 1)), "stock_prune_ca
                  "our_best": ours.pruned.best_config.kwargs["BLOCK"]}
 
 
+s, o = both("block_sums", lambda m: m.sum_by_blocks(x))
+out["block_sums"] = {"stock": float(s), "ours": float(o), "sum": float(x.sum()),
+                     "statuses": statuses(ours.block_sums), "notes": ours.block_sums.notes,
+                     "checked_alike": ours.tril_blocks._reads_config is False}
+
+
 def recorded(m):
     sums, acc = [], torch.zeros(1)
     for size in (n, n, 160):  # Tuned, then launched again (no reset, as in Triton), then the recorded key.
@@ -213,7 +219,7 @@ def measured_in_another_process(kernel):
 
 
 out["isolated"] = sorted(name for name in ("heuristics_above", "heuristics_below", "tril_blocks", "atomic_sum",
-                                           "inplace_add", "hooked", "pruned")
+                                           "inplace_add", "hooked", "pruned", "block_sums")
                          if measured_in_another_process(getattr(ours, name)))
 if tuner is not None and tuner._isolated():
     out["isolated"] = sorted([*out["isolated"], "recorded_sum"])

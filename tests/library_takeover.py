@@ -228,12 +228,18 @@ if mode == "ours" and library == "mamba":
     out["ssd"] = {"forward": float((y - ref).abs().max() / ref.abs().max()),
                   "backward": max(float((u - v).abs().max() / v.abs().max())
                                   for u, v in zip(grads, ref_grads, strict=True))}
-    used = set()
+    used, wrong = set(), {}
     for name in out["taken_over"]:
         kernel = getattr(sys.modules[name.rsplit(".", 1)[0]], name.rsplit(".", 1)[1])
         while not hasattr(kernel, "evaluations"):
             kernel = kernel.fn
         if kernel.evaluations:
             used.add(name)
+            judged = sum(1 for _, m, _ in kernel.history if m["status"] == "wrong")
+            if judged:
+                wrong[name] = judged
     out["tuned_kernels"] = sorted(used)
+    # Configs judged wrong: four of its backward kernels write one partial sum per tile into buffers
+    # sized for the list's smallest tile and read best_config back to sum them (checking.py).
+    out["wrong"] = wrong
 print(json.dumps(out))

@@ -85,7 +85,7 @@ def test_mamba_ssm_every_autotuned_kernel_is_taken_over_and_mamba2s_scan_agrees(
     it decorates with triton.autotune are taken over, its Mamba3 kernels' lists among them (some
     configs cap registers with maxnreg, some leave it unset), and Mamba2's chunked scan, forward
     and backward, tuned by dr_kernel in the interpreter (14 kernels), matches the library's own
-    reference in torch."""
+    reference in torch, with no config judged wrong."""
     counted = _library("count", tmp_path, "mamba")
     ours = _library("ours", tmp_path, "mamba")
     assert counted["failed_imports"] == ours["failed_imports"]
@@ -97,6 +97,9 @@ def test_mamba_ssm_every_autotuned_kernel_is_taken_over_and_mamba2s_scan_agrees(
     assert ours["taken_over"] == counted["decorated"] and ours["kept"] == []
     assert ours["ssd"]["forward"] < 1e-4 and ours["ssd"]["backward"] < 1e-4, ours["ssd"]
     assert len(ours["tuned_kernels"]) == 14
+    # Its backward kernels whose partial sums the library reads by best_config lose no config (on
+    # an H100 they lost 5 of 6, and 11.6 % of the op's GPU time, before checking.py knew them).
+    assert ours["wrong"] == {}, ours["wrong"]
 
 
 def test_real_library_deferred_tuning_tunes_on_later_calls_and_every_call_agrees(tmp_path):

@@ -13,6 +13,13 @@ kernels that write only part of an output (blocks of a triangle, whose diagonal 
 with larger tiles) are compared fairly, and garbage in a ``torch.empty`` output never counts. The
 difference must stay within the rounding of the output's dtype: configs sum in different orders.
 
+Some libraries size an output by the config's tiles and read the chosen config back to interpret
+it (mamba-ssm sums ``buffer[..., :cdiv(dim, kernel.best_config.kwargs["BLOCK_SIZE"])]``): one
+partial sum per block, as many as the config has blocks. Two configs then write different elements
+with different meanings, and neither is wrong. For a kernel whose chosen config its library reads
+(``NAME.best_config`` in the source of its package, `reads_chosen_config`), an output that a config
+writes a different set of elements of than the reference does is not compared; the rest is.
+
 Where a library has replaced PyTorch's CUDA operators with its own (FlagGems does, ~400 of them),
 copies and comparisons run dr_kernel's own kernels (device_ops.py) instead.
 
@@ -32,6 +39,49 @@ from typing import Any
 # TF32 dot products, whose inputs are rounded to 10 bits of mantissa.
 _TOLERANCE = {"float64": 1e-9, "float32": 1e-3, "float16": 5e-3, "bfloat16": 3e-2,
               "float8_e4m3fn": 1.5e-1, "float8_e5m2": 2.5e-1, "float8_e4m3fnuz": 1.5e-1, "float8_e5m2fnuz": 2.5e-1}
+
+
+# Top-level package -> (how many of its modules were loaded when scanned, the names their source
+# reads `.best_config` of).
+_CONFIG_READERS: dict[str, tuple[int, frozenset]] = {}
+
+
+def reads_chosen_config(module: str, name: str) -> bool:
+    """Whether the source of the loaded modules of `module`'s top-level package reads
+    `NAME.best_config` (outside comments): the library interprets the kernel's outputs by the
+    config it ran. Scanned once per package (again when more of its modules have loaded since)."""
+    import re
+    import sys
+
+    top = (module or "__main__").split(".")[0]
+    modules = [m for key, m in list(sys.modules.items()) if key == top or key.startswith(top + ".")]
+    cached = _CONFIG_READERS.get(top)
+    if cached is None or cached[0] != len(modules):
+        pattern = re.compile(r"\b(\w+)\.best_config\b")
+        names = set()
+        for m in modules:
+            path = getattr(m, "__file__", None)
+            if not path or not path.endswith(".py"):
+                continue
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            if ".best_config" not in text:
+                continue
+            for line in text.splitlines():
+                if not line.lstrip().startswith("#"):
+                    names.update(pattern.findall(line.split("#", 1)[0]))
+        cached = _CONFIG_READERS[top] = (len(modules), frozenset(names))
+    return name in cached[1]
+
+
+def same_elements_written(out, ref, pristine) -> bool:
+    """Whether `out` and `ref` changed the same elements of `pristine`."""
+    import torch
+
+    return bool(torch.equal(changed(out, pristine), changed(ref, pristine)))
 
 
 def is_tensor(value: Any) -> bool:

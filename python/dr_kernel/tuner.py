@@ -46,7 +46,9 @@ from .checking import (
     majority,
     overruns,
     poison,
+    reads_chosen_config,
     restore,
+    same_elements_written,
     scratch_copies,
     signature,
     snapshot,
@@ -128,6 +130,10 @@ class KernelJob(Job):
     # that the configs' results can be put to a vote (tuner.py, TunedKernel._tune).
     vote: bool = False
     fn: Any = None
+    # The library reads the chosen config back to interpret the outputs (checking.py,
+    # reads_chosen_config): an output a config writes other elements of than the reference does is
+    # sized by the config's tiles, and is not compared.
+    config_shaped: bool = False
     # A kernel no measuring process can import (a notebook's, a script's): its source (shipping.py).
     shipped: dict | None = None
 
@@ -345,6 +351,8 @@ class KernelJob(Job):
             if self.reference is not None or self.reference_outputs is not None:  # A user's: relative L2.
                 err = relative_error(out, ref)
                 limit = settings.max_relerr
+            elif self.config_shaped and not same_elements_written(out, ref, self._baseline(state, name)):
+                continue  # Laid out by the config's tiles, read back by the library as the config says.
             else:  # Another config: the rounding of the output's dtype.
                 err = difference(out, ref, self._baseline(state, name))
                 limit = tolerance(out.dtype) if self.allowed_error is None else self.allowed_error
@@ -619,6 +627,7 @@ class TunedKernel(TritonAutotuner):
         self._static_key: str | None = None
         self._store = None
         self._static_warned = False
+        self._reads_config: bool | None = None  # _config_shaped(), once known.
         # How the static stage described configs to the compiler: captured from Triton's JIT
         # ("exact": the launch then loads the binary) or by kernels/base.py's rules ("by rule").
         self.described = collections.Counter()
@@ -1101,7 +1110,8 @@ class TunedKernel(TritonAutotuner):
                         reference_configs=list(reference_configs), probe_first=self.listed is None,
                         reset_to_zero=self.reset_to_zero,
                         restore_value=self.restore_value, pre_hook=self.pre_hook, post_hook=self.post_hook,
-                        config_hooks=hooks, shared_config_hook=shared, allowed_error=self.tolerance)
+                        config_hooks=hooks, shared_config_hook=shared, allowed_error=self.tolerance,
+                        config_shaped=self._config_shaped())
         if isolate:
             if self._importable():
                 job.module = getattr(self.base_fn, "__module__", "__main__")
@@ -1119,6 +1129,19 @@ class TunedKernel(TritonAutotuner):
             job.fn = self.fn
             job.kwargs["grid"] = kwargs.get("grid")
         return job
+
+    def _config_shaped(self) -> bool:
+        """Whether the kernel's library reads its chosen config back (checking.reads_chosen_config),
+        worked out at its first tuning; said once in `notes`, since it loosens the check. Only for
+        a library's list: a space of the user's own is checked whole."""
+        if self._reads_config is None:
+            self._reads_config = self.listed is not None and reads_chosen_config(
+                getattr(self.base_fn, "__module__", "__main__"), self._module_name())
+            if self._reads_config:  # A note, not a warning: nothing is wrong.
+                self.notes.append(f"{self.__name__}: its library reads {self._module_name()}.best_config to "
+                                  "interpret its outputs, so an output that configs write different elements of "
+                                  "(one per tile) is not compared between them")
+        return self._reads_config
 
     def _module_name(self) -> str:
         module = sys.modules.get(getattr(self.base_fn, "__module__", ""), None)
