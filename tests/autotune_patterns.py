@@ -180,34 +180,29 @@ out["recorded"] = {"stock": s, "ours": o, "sums": [float(x.sum()), 2 * float(x.s
                    "stock_taken": hasattr(stock.recorded_sum, "_dr_kernel")}
 
 
-def bad(m):
+def error_name(launch):
+    """The name of the exception a launch raises, or None."""
     try:
-        m.bad_argument[grid1(n)](x.tolist(), torch.empty(n), n)
+        launch()
     except Exception as error:  # noqa: BLE001
         return type(error).__name__
     return None
 
 
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    s, o = both("bad", bad)
-out["bad"] = {"stock": s, "ours": o, "warnings": [str(w.message) for w in caught if "dr_kernel" in str(w.message)],
-              "kept": dr_kernel.kept()}
+def both_warned(name, call):
+    """both(), with the dr_kernel warnings the calls gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s, o = both(name, call)
+    return s, o, [str(w.message) for w in caught if "dr_kernel" in str(w.message)]
 
 
-def recorded_bad(m):  # The same user's error on a library's own autotuner: handed back to it.
-    try:
-        m.recorded_sum[grid1(n + 1)](x.tolist(), torch.zeros(1), None, n + 1, HAS_MAX=False)
-    except Exception as error:  # noqa: BLE001
-        return type(error).__name__
-    return None
-
-
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    s, o = both("recorded_bad", recorded_bad)
-out["recorded_bad"] = {"stock": s, "ours": o,
-                       "warnings": [str(w.message) for w in caught if "dr_kernel" in str(w.message)],
+s, o, said = both_warned("bad", lambda m: error_name(lambda: m.bad_argument[grid1(n)](x.tolist(), torch.empty(n), n)))
+out["bad"] = {"stock": s, "ours": o, "warnings": said, "kept": dr_kernel.kept()}
+# The same user's error on a library's own autotuner: handed back to it.
+s, o, said = both_warned("recorded_bad", lambda m: error_name(
+    lambda: m.recorded_sum[grid1(n + 1)](x.tolist(), torch.zeros(1), None, n + 1, HAS_MAX=False)))
+out["recorded_bad"] = {"stock": s, "ours": o, "warnings": said,
                        "kept": [k for k, _ in dr_kernel.kept() if "recorded_sum" in k],
                        "taken": [k for k in dr_kernel.taken_over() if "recorded_sum" in k]}
 
