@@ -4,10 +4,11 @@ runs some of its ops in Triton's interpreter against torch. Prints one JSON obje
 
     library_takeover.py count|ours|defer [liger-fla|torchao|cce|gemlite|mamba]
 
-liger-fla (the default): Liger-Kernel's and flash-linear-attention's (fla-core) ops, two of fla's run
-forward and backward. torchao: every torchao module, its INT8 GEMM (27 configs) run. cce: Cut
-Cross-Entropy (cut-cross-entropy) with CCE_AUTOTUNE=1, nothing run (its kernels call libdevice,
-which the interpreter lacks, tuned or not; benchmarks/library_bench.py runs them on the GPU).
+liger-fla (the default): Liger-Kernel's and flash-linear-attention's (fla-core) ops (fla's own
+subclass of Triton's Autotuner counted as it is built), three of fla's run forward and backward.
+torchao: every torchao module, its INT8 GEMM (27 configs) run. cce: Cut Cross-Entropy
+(cut-cross-entropy) with CCE_AUTOTUNE=1, nothing run (its kernels call libdevice, which the
+interpreter lacks, tuned or not; benchmarks/library_bench.py runs them on the GPU).
 gemlite: GemLite's modules, imported as on an sm_90 machine (it asks the GPU its capability, its
 SMs, its shared memory and Triton's target as it imports: a stand-in answers), then imported again
 by its own set_autotune("max"), which reloads its kernel modules with longer lists; nothing run

@@ -233,7 +233,7 @@ class KernelJob(Job):
         else:
             restore(state["scratch"], state["pristine"], self.restore_value)
             for name in self.reset_to_zero:
-                if state["scratch"][name] is not None:  # An optional output left out (as Triton 3.7 skips it).
+                if state["scratch"][name] is not None:  # An optional output the call leaves out (None).
                     state["scratch"][name].zero_()
 
     def after_launch(self, state: Any, config: dict) -> None:
