@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gluon_probe
 import triton
+from dr_kernel.kernels.hopper_tma import tma_load, tma_store
 from gluon_probe import MAXNREG, builtin_best_ms, check_and_time, do_bench_ms
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -76,14 +77,14 @@ def _load_partition(a_ptr, b_ptr, M, N, K, sam, sbk, a_smem, b_smem, ready, empt
             phase = (step // STAGES) & 1
             mbarrier.wait(empty.index(stage), phase ^ 1)
             mbarrier.expect(ready.index(stage), nbytes)
-            tma.async_copy_global_to_shared(a_desc, [off_m0, kk * BK], ready.index(stage), a_smem.index(stage))
-            tma.async_copy_global_to_shared(b_desc, [kk * BK, off_n0], ready.index(stage), b_smem.index(stage))
+            tma_load(a_desc, [off_m0, kk * BK], ready.index(stage), a_smem.index(stage))
+            tma_load(b_desc, [kk * BK, off_n0], ready.index(stage), b_smem.index(stage))
             if has_second:
                 mbarrier.wait(empty.index(STAGES + stage), phase ^ 1)
                 mbarrier.expect(ready.index(STAGES + stage), nbytes)
-                tma.async_copy_global_to_shared(a_desc, [off_m1, kk * BK], ready.index(STAGES + stage),
+                tma_load(a_desc, [off_m1, kk * BK], ready.index(STAGES + stage),
                                                 a_smem.index(STAGES + stage))
-                tma.async_copy_global_to_shared(b_desc, [kk * BK, off_n1], ready.index(STAGES + stage),
+                tma_load(b_desc, [kk * BK, off_n1], ready.index(STAGES + stage),
                                                 b_smem.index(STAGES + stage))
 
 
@@ -123,7 +124,7 @@ def _consume(c_ptr, M, N, K, scm, a_smem, b_smem, c_smem, ready, empty, WHICH: g
         tma.store_wait(0)  # The previous tile's store has left this buffer.
         out.store(acc.to(c_ptr.dtype.element_ty))
         fence_async_shared()
-        tma.async_copy_shared_to_global(c_desc, [off_m, off_n], out)
+        tma_store(c_desc, [off_m, off_n], out)
     tma.store_wait(0)
 
 

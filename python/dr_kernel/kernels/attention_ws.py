@@ -33,6 +33,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .hopper_tma import tma_load, tma_store
+
 ROWS = gl.constexpr(64)  # Query rows per consumer warpgroup: one warpgroup MMA's M.
 
 
@@ -47,17 +49,17 @@ def _load_partition(Q, K, V, base, s_m, row0, N_CTX, n_blocks, q_smem, k_smem, v
     k_desc = tma.make_tensor_descriptor(K + base, [N_CTX, HEAD_DIM], [s_m, 1], [BLOCK_N, HEAD_DIM], kv_layout)
     v_desc = tma.make_tensor_descriptor(V + base, [N_CTX, HEAD_DIM], [s_m, 1], [BLOCK_N, HEAD_DIM], kv_layout)
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [row0, 0], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [row0 + ROWS, 0], q_bar, q_smem.index(1))
+    tma_load(q_desc, [row0, 0], q_bar, q_smem.index(0))
+    tma_load(q_desc, [row0 + ROWS, 0], q_bar, q_smem.index(1))
     for j in range(n_blocks):
         stage = j % STAGES
         phase = (j // STAGES) & 1
         # A barrier starts with its phase 1 complete: the first round passes at once.
         mbarrier.wait(kv_empty.index(stage), phase ^ 1)
         mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [j * BLOCK_N, 0], k_ready.index(stage), k_smem.index(stage))
+        tma_load(k_desc, [j * BLOCK_N, 0], k_ready.index(stage), k_smem.index(stage))
         mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [j * BLOCK_N, 0], v_ready.index(stage), v_smem.index(stage))
+        tma_load(v_desc, [j * BLOCK_N, 0], v_ready.index(stage), v_smem.index(stage))
 
 
 @gluon.jit
@@ -190,7 +192,7 @@ def _consumer(O, base, s_m, row0, N_CTX, n_blocks, qk_scale, q_smem, k_smem, v_s
     buffer = q_smem.index(WHICH)  # Its query rows are read: the buffer takes the output rows.
     buffer.store(out_rows.to(O.dtype.element_ty))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [first, 0], buffer)
+    tma_store(o_desc, [first, 0], buffer)
     tma.store_wait(0)
 
 
