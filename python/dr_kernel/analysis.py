@@ -461,6 +461,15 @@ def prebuild_launcher(compiled: Any) -> None:
         pass
 
 
+def _root_cause(error: BaseException) -> BaseException:
+    """The last exception of `error`'s chain of causes (`raise ... from`), or `error` itself."""
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    return error
+
+
 def _error_summary(error: BaseException, limit: int = 600) -> str:
     # Compiler errors carry the kernel's source up to the failing line and ptxas errors the whole log
     # and the command that reruns it; the lines that name the failure are what a user needs, and the
@@ -479,6 +488,14 @@ def _error_summary(error: BaseException, limit: int = 600) -> str:
         errors = [line for line in lines[1:] if re.search(r"\b(error|fatal)\b", line, re.IGNORECASE)]
         lines = lines[:1] + errors if errors else lines
     text = " ".join(lines)
+    root = _root_cause(error)
+    if root is not error:
+        # A compile error raised inside a function the kernel calls (a Gluon partition, in Triton
+        # 3.7 and later) may keep its cause only in the chain: "at 35:4: gl.warp_specialize([" is no
+        # reason, "async_copy_shared_to_global has been removed; call async_store" is.
+        cause = " ".join(" ".join(line.split()) for line in str(root).splitlines()[:1])
+        if cause and cause not in text:
+            text = f"{text} (caused by {type(root).__name__}: {cause})"
     if len(text) > limit:  # Keep the start (what failed) and the end (the cause).
         head = limit // 3
         text = text[:head] + " … " + text[-(limit - head):]
