@@ -7,6 +7,13 @@ import os
 import subprocess
 import sys
 
+import triton
+
+# Triton 3.9's interpreter rejects a scalar term in an atomic's mask, which the split-K kernel's
+# mask has ("this program has iterations"; 3.6-3.8 and every compiled kernel take it): split-K is
+# then checked compiled, not run in the interpreter.
+SPLIT_K_INTERPRETS = tuple(int(part) for part in triton.__version__.split(".")[:2]) < (3, 9)
+
 
 def run_interpreted(args: list[str], cwd=None, timeout: float = 600, env: dict | None = None) -> str:
     """`python ARGS` in a child with the interpreter on, this process's import path and `env` on top

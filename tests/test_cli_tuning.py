@@ -9,6 +9,7 @@ import statistics
 import pytest
 from dr_kernel import _core
 from dr_kernel.cli import main
+from interpreted import SPLIT_K_INTERPRETS
 
 MATMUL_OK = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
 MATMUL_TOO_BIG = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 5}
@@ -167,6 +168,7 @@ def test_tune_in_process_measures_here_and_says_how_to_run_it_when_it_cannot(cap
     assert result["best_ms"] > 0 and _core.Store(str(tmp_path / "b.db")).count() == 4
 
 
+@pytest.mark.skipif(not SPLIT_K_INTERPRETS, reason="this Triton's interpreter cannot run the split-K kernel")
 def test_tune_searches_split_k_when_the_space_asks_and_checks_it_like_any_config(capsys, tmp_path):
     space = json.dumps({"BLOCK_M": [16], "BLOCK_N": [32], "BLOCK_K": [32], "GROUP_M": [1], "num_warps": [4],
                         "num_stages": [2], "SPLIT_K": [1, 4]})

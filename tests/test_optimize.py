@@ -378,7 +378,9 @@ def times(v):
 @triton.jit
 def tripled(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(y_ptr + offs, times(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+    # (A helper's result passed straight to tl.store fails in the interpreter of Triton 3.7-3.9.)
+    result = times(tl.load(x_ptr + offs, mask=offs < n))
+    tl.store(y_ptr + offs, result, mask=offs < n)
 
 @optimize(space={"BLOCK": [32, 64]}, key=["n"], isolate=True)
 @triton.heuristics({"EVEN": lambda args: args["n"] % 64 == 0})
