@@ -68,6 +68,9 @@ from .measure import (
 )
 from .progress import Progress, verbose_from_env
 from .space import LAUNCH_OPTIONS, complete_options, config_dict, config_key, launchable, make_space, split_config
+from .versions import check_triton
+
+check_triton()  # Once per process, where a decorator or the switch first needs Triton.
 
 # Keyword arguments Triton's launch path passes down that are not kernel arguments.
 _LAUNCH_KWARGS = ("grid", "warmup")

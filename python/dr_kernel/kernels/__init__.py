@@ -15,6 +15,7 @@ before importing dr_kernel.kernels to run them on CPU tensors.
 
 from __future__ import annotations
 
+from ..versions import check_triton
 from .add_rmsnorm import KERNEL as _add_rmsnorm
 from .attention import KERNEL as _attention
 from .base import (
@@ -40,6 +41,8 @@ from .matmul import KERNEL as _matmul
 from .rmsnorm import KERNEL as _rmsnorm
 from .softmax import KERNEL as _softmax
 from .swiglu import KERNEL as _swiglu
+
+check_triton()  # Once per process: the kernels are written for Triton 3.6 and later.
 
 BUILTINS: dict[str, BuiltinKernel] = {k.name: k for k in (
     _matmul, _softmax, _attention, _rmsnorm, _layernorm, _layernorm_bwd, _cross_entropy, _swiglu, _cumsum,
