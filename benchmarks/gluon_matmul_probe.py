@@ -82,10 +82,8 @@ def _load_partition(a_ptr, b_ptr, M, N, K, sam, sbk, a_smem, b_smem, ready, empt
             if has_second:
                 mbarrier.wait(empty.index(STAGES + stage), phase ^ 1)
                 mbarrier.expect(ready.index(STAGES + stage), nbytes)
-                tma_load(a_desc, [off_m1, kk * BK], ready.index(STAGES + stage),
-                                                a_smem.index(STAGES + stage))
-                tma_load(b_desc, [kk * BK, off_n1], ready.index(STAGES + stage),
-                                                b_smem.index(STAGES + stage))
+                tma_load(a_desc, [off_m1, kk * BK], ready.index(STAGES + stage), a_smem.index(STAGES + stage))
+                tma_load(b_desc, [kk * BK, off_n1], ready.index(STAGES + stage), b_smem.index(STAGES + stage))
 
 
 @gluon.jit

@@ -8,11 +8,12 @@ import subprocess
 import sys
 
 import triton
+from dr_kernel.versions import triton_version
 
 # Triton 3.9's interpreter rejects a scalar term in an atomic's mask, which the split-K kernel's
 # mask has ("this program has iterations"; 3.6-3.8 and every compiled kernel take it): split-K is
 # then checked compiled, not run in the interpreter.
-SPLIT_K_INTERPRETS = tuple(int(part) for part in triton.__version__.split(".")[:2]) < (3, 9)
+SPLIT_K_INTERPRETS = triton_version(triton.__version__) < (3, 9)
 
 
 def run_interpreted(args: list[str], cwd=None, timeout: float = 600, env: dict | None = None) -> str:
