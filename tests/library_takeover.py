@@ -82,14 +82,16 @@ decorated = []
 if mode == "count":
     stock = triton.runtime.autotuner.autotune
 
+    def kernel_name(fn) -> str:  # The @triton.jit function's, under any @triton.heuristics.
+        while hasattr(fn, "fn"):
+            fn = fn.fn
+        return f"{fn.__module__}.{fn.__qualname__}"
+
     def counting(configs, key, **kwargs):
         inner = stock(configs, key, **kwargs)
 
         def decorator(fn):
-            base = fn
-            while hasattr(base, "fn"):
-                base = base.fn
-            decorated.append(f"{base.__module__}.{base.__qualname__}")
+            decorated.append(kernel_name(fn))
             return inner(fn)
 
         return decorator
@@ -102,11 +104,7 @@ if mode == "count":
     def counting_init(self, fn, *args, **kwargs):
         stock_init(self, fn, *args, **kwargs)
         if type(self) is not triton.runtime.autotuner.Autotuner:
-            base = fn
-            while hasattr(base, "fn"):
-                base = base.fn
-            decorated.append(f"{base.__module__}.{base.__qualname__} "
-                             f"({type(self).__module__}.{type(self).__qualname__})")
+            decorated.append(f"{kernel_name(fn)} ({type(self).__module__}.{type(self).__qualname__})")
 
     triton.runtime.autotuner.Autotuner.__init__ = counting_init
 else:

@@ -71,8 +71,7 @@ def reads_chosen_config(module: str, name: str) -> bool:
             if ".best_config" not in text:
                 continue
             for line in text.splitlines():
-                if not line.lstrip().startswith("#"):
-                    names.update(pattern.findall(line.split("#", 1)[0]))
+                names.update(pattern.findall(line.split("#", 1)[0]))  # Comments aside.
         cached = _CONFIG_READERS[top] = (len(modules), frozenset(names))
     return name in cached[1]
 
